@@ -1,0 +1,128 @@
+"""``python -m compat.audit``: audit a consumer of vLLM's internals against a vLLM build.
+
+Exit codes: 0 nothing broken, 1 something broken (or unknown, with --strict), 2 the audit could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import traceback
+from pathlib import Path
+
+from compat.auditor import DEFAULT_CONSUMER, AuditOptions, AuditResult, Auditor
+from compat.cache import atomic_write_text
+from compat.errors import CompatError
+from compat.probe import DEFAULT_WORKER_CLASS
+from compat.report import Format, render
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m compat.audit", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--consumer", default=DEFAULT_CONSUMER,
+                   help="requirement (speculators==0.3.0), installed distribution, wheel/sdist, .py file or "
+                        f"directory (default: {DEFAULT_CONSUMER})")
+    p.add_argument("--vllm", default=None,
+                   help="installed | VERSION | SPECIFIER | latest | wheel/sdist | source directory "
+                        "(default: installed when vLLM imports, else latest)")
+    p.add_argument("--baseline", default=None,
+                   help="upgrade mode: audit this build too and report only what changed between the two")
+    p.add_argument("--written-for", default="auto",
+                   help="the vLLM the consumer was written for, shown as evidence (default: its metadata pin; "
+                        "'none' to skip)")
+    p.add_argument("--format", choices=[f.value for f in Format], default=Format.TERMINAL.value)
+    p.add_argument("--output", type=Path, help="write the report to this file instead of standard output")
+    p.add_argument("--reports-dir", type=Path, default=Path("reports"),
+                   help="where the JSON and Markdown reports also land (default: reports/)")
+    p.add_argument("--no-reports", action="store_true", help="do not write reports/ files")
+    p.add_argument("--allow", type=Path, help="TOML allow-list of accepted findings, each with a reason")
+    p.add_argument("--strict", action="store_true", help="count unknown findings as broken")
+    p.add_argument("--worker-class", default=DEFAULT_WORKER_CLASS,
+                   help=f"vLLM worker class RPC names resolve against (default: {DEFAULT_WORKER_CLASS})")
+    p.add_argument("--vllm-version", help="version to assume for the audited build (dev builds)")
+    p.add_argument("--target", default="vllm", help=argparse.SUPPRESS)
+    p.add_argument("--show-ok", action="store_true", help="list ok findings too")
+    p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    p.add_argument("--list-probes", action="store_true", help="list the probes and exit")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks for internal errors")
+    return p
+
+
+def _slug(text: str | None) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text or "unknown").strip("-")
+
+
+def write_reports(result: AuditResult, directory: Path) -> list[Path]:
+    scan = result.scan
+    stem = f"{result.mode}-{_slug(scan.name)}-{_slug(scan.version)}-vllm-"
+    stem += f"{_slug(result.baseline.version)}-to-" if result.baseline else ""
+    stem += _slug(result.build.version)
+    written = []
+    for fmt, suffix in ((Format.JSON, ".json"), (Format.MARKDOWN, ".md")):
+        path = directory / f"{stem}{suffix}"
+        atomic_write_text(path, render(result, fmt))
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.list_probes:
+            from probes import all_probes
+
+            for probe in all_probes():
+                print(f"{probe.name:12} {probe.description}")
+            return 0
+        options = AuditOptions(consumer=args.consumer, vllm=args.vllm,
+                               written_for=None if args.written_for == "none" else args.written_for,
+                               worker_class=args.worker_class, allow=args.allow, strict=args.strict,
+                               target=args.target, vllm_version=args.vllm_version)
+        if options.allow is not None:
+            from compat import allowlist
+
+            allowlist.load(options.allow)  # bad allow-lists fail before any download
+        auditor = Auditor(options)
+        if args.baseline:
+            from compat.upgrade import upgrade
+
+            result = upgrade(auditor, args.baseline, args.vllm)
+        else:
+            result = auditor.run()
+        fmt = Format(args.format)
+        color = args.color == "always" or (args.color == "auto" and args.output is None and sys.stdout.isatty()
+                                           and not os.environ.get("NO_COLOR"))
+        text = render(result, fmt, color=color and fmt is Format.TERMINAL, show_ok=args.show_ok)
+        if args.output:
+            atomic_write_text(args.output, text)
+        else:
+            sys.stdout.write(text)
+        if not args.no_reports:
+            for path in write_reports(result, args.reports_dir):
+                print(f"report: {path}", file=sys.stderr)
+        return result.exit_code
+    except CompatError as exc:
+        print(f"compat.audit: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("compat.audit: interrupted", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - an internal error still ends with one clear line
+        if args.debug:
+            traceback.print_exc()
+        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        where = f" at {frame.filename}:{frame.lineno}" if frame else ""
+        print(f"compat.audit: internal error: {type(exc).__name__}: {exc}{where} (rerun with --debug for the "
+              "traceback)", file=sys.stderr)
+        return 2
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,86 @@
+"""Turn what the user names (``installed``, a version, a specifier, a wheel, a checkout) into a surface."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from compat import sources
+from compat.errors import CompatError
+from compat.surface import BuildInfo, Surface
+from compat.surface.runtime import RuntimeSurface, VllmImportError, installed_root
+from compat.surface.static import StaticSurface
+
+
+@dataclass(frozen=True)
+class OpenedBuild:
+    surface: Surface
+    note: str | None = None
+    """How the default was chosen, or what went wrong on the way (shown in the report)."""
+    import_error: VllmImportError | None = None
+
+
+def tree_version(root: Path, package: str) -> str | None:
+    """The version a tree declares in ``<package>/_version.py`` (setuptools-scm), read statically."""
+    path = root / package / "_version.py"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+            if any(isinstance(t, ast.Name) and t.id in ("__version__", "version") for t in stmt.targets):
+                return stmt.value.value
+    return None
+
+
+def static_surface(tree: sources.SourceTree, package: str) -> StaticSurface:
+    if not (tree.root / package / "__init__.py").exists():
+        raise CompatError(f"{tree.origin}: no '{package}' package found under {tree.root}")
+    version = tree.version or tree_version(tree.root, package)
+    return StaticSurface(tree.root, BuildInfo(package, version, tree.origin, "static", str(tree.root)), package)
+
+
+def open_build(spec: str | None, package: str = "vllm", version_override: str | None = None) -> OpenedBuild:
+    """Open the build ``spec`` names; ``None`` means installed when it imports, else the latest release."""
+    note = None
+    if spec is None:
+        if importlib.util.find_spec(package) is not None:
+            spec, note = "installed", f"--vllm not given: {package} is installed, so the installed build was read"
+        else:
+            spec, note = "latest", f"--vllm not given: {package} is not installed, so the latest release was read"
+    opened = _open(spec, package)
+    if version_override:
+        build = opened.surface.build
+        opened.surface.build = BuildInfo(build.name, version_override, build.origin, build.reading, build.root)  # type: ignore[misc]
+    return OpenedBuild(opened.surface, note or opened.note, opened.import_error)
+
+
+def _open(spec: str, package: str) -> OpenedBuild:
+    if spec == "installed":
+        root = installed_root(package)
+        if root is None:
+            raise CompatError(f"--vllm installed: {package} is not installed in this Python ({_python()})")
+        try:
+            return OpenedBuild(RuntimeSurface(package))
+        except VllmImportError as exc:
+            tree = sources.SourceTree(root, package, None, f"installed {package} at {root / package} "
+                                      "(import failed; read statically instead)")
+            return OpenedBuild(static_surface(tree, package), f"import {package} failed, so the installed files "
+                               "were read statically", exc)
+    path = Path(spec)
+    if sources.is_archive(spec):
+        return OpenedBuild(static_surface(sources.tree_from_archive(path, f"{path.name}, read statically", package),
+                                          package))
+    if path.exists() or "/" in spec:
+        tree = sources.tree_from_path(path, package)
+        return OpenedBuild(static_surface(tree, package))
+    return OpenedBuild(static_surface(sources.tree_from_release(package, spec), package))
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable

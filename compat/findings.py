@@ -1,0 +1,94 @@
+"""Findings: one verdict per touchpoint and probe, rendered by ``compat.report``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    OK = "ok"
+    BROKEN = "broken"
+    CHANGED = "changed"
+    UNKNOWN = "unknown"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return {"error": 0, "broken": 1, "changed": 2, "unknown": 3, "ok": 4}[self.value]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The signature (or fact) the consumer was written for, and the audited one."""
+
+    written_for: str | None = None
+    audited: str | None = None
+    written_for_build: str | None = None
+    written_for_location: str | None = None
+    traceback: str | None = None
+    extra: tuple[tuple[str, str], ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"written_for": self.written_for, "audited": self.audited}
+        if self.written_for_build:
+            out["written_for_build"] = self.written_for_build
+        if self.written_for_location:
+            out["written_for_location"] = self.written_for_location
+        if self.traceback:
+            out["traceback"] = self.traceback
+        for key, value in self.extra:
+            out[key] = value
+        return out
+
+
+@dataclass(frozen=True)
+class Finding:
+    probe: str
+    status: Status
+    symbol: str
+    consumer_location: str | None
+    vllm_location: str | None
+    message: str
+    evidence: Evidence = field(default_factory=Evidence)
+    fix: str | None = None
+    kind: str | None = None
+    """The touchpoint kind (import, call, attribute, rpc) or None for build-level findings."""
+    code: str | None = None
+    """The consumer's source line."""
+    allowed: str | None = None
+    """The allow-list reason when the finding was accepted."""
+    touchpoint: str | None = None
+    """The touchpoint as the scan named it; with probe and location, a finding's identity across builds."""
+
+    def __post_init__(self) -> None:
+        if not self.message or not self.message.strip():
+            raise ValueError(f"finding of probe {self.probe} for {self.symbol} has an empty message")
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        """Identity across builds: the same probe on the same consumer line and symbol."""
+        return (self.probe, self.touchpoint or self.symbol, self.consumer_location)
+
+    def with_status(self, status: Status, message: str | None = None) -> Finding:
+        return replace(self, status=status, message=message or self.message)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "probe": self.probe,
+            "status": self.status.value,
+            "symbol": self.symbol,
+            "consumer_location": self.consumer_location,
+            "vllm_location": self.vllm_location,
+            "message": self.message,
+            "evidence": self.evidence.as_dict(),
+            "fix": self.fix,
+        }
+        if self.kind:
+            out["kind"] = self.kind
+        if self.code:
+            out["code"] = self.code
+        if self.allowed:
+            out["allowed"] = self.allowed
+        return out

@@ -1,0 +1,155 @@
+"""Conditions under which consumer code runs, reduced to what the audit can evaluate.
+
+The scan turns ``if Version(vllm.__version__) >= Version("0.12"):`` (or a helper the consumer
+defines for it, or ``hasattr(some_vllm_module, "name")``) into a small expression tree; the
+audit evaluates it for the build it reads. ``None`` means "cannot tell".
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+_OPS: dict[str, Callable[[object, object], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+    "!=": operator.ne,
+}
+
+
+@dataclass(frozen=True)
+class GuardExpr:
+    """Base of the guard expression tree."""
+
+
+@dataclass(frozen=True)
+class VersionCmp(GuardExpr):
+    """``<audited version> op other`` (``as_tuple``: compare release tuples, ``prefix``: startswith)."""
+
+    op: str
+    other: str
+    mode: str = "version"
+
+
+@dataclass(frozen=True)
+class HasAttr(GuardExpr):
+    symbol: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Imports(GuardExpr):
+    """True when every one of these dotted vLLM names can be imported from the build."""
+
+    symbols: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Not(GuardExpr):
+    item: GuardExpr
+
+
+@dataclass(frozen=True)
+class All(GuardExpr):
+    items: tuple[GuardExpr, ...]
+
+
+@dataclass(frozen=True)
+class Any_(GuardExpr):
+    items: tuple[GuardExpr, ...]
+
+
+@dataclass(frozen=True)
+class Const(GuardExpr):
+    value: bool
+
+
+@dataclass(frozen=True)
+class Opaque(GuardExpr):
+    text: str
+
+
+def involves_target(expr: GuardExpr) -> bool:
+    """Whether the condition depends on the audited build at all."""
+    if isinstance(expr, (VersionCmp, HasAttr, Imports)):
+        return True
+    if isinstance(expr, Not):
+        return involves_target(expr.item)
+    if isinstance(expr, (All, Any_)):
+        return any(involves_target(i) for i in expr.items)
+    return False
+
+
+def _parse_version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+Lookup = Callable[[GuardExpr], "bool | None"]
+
+
+def evaluate(expr: GuardExpr, version: str | None, lookup: Lookup | None = None) -> bool | None:
+    """True / False for the audited build, or None when it cannot be told.
+
+    ``lookup`` answers the leaves that need the build's code (``HasAttr``, ``Imports``).
+    """
+    if isinstance(expr, Const):
+        return expr.value
+    if isinstance(expr, Opaque):
+        return None
+    if isinstance(expr, Not):
+        inner = evaluate(expr.item, version, lookup)
+        return None if inner is None else not inner
+    if isinstance(expr, All):
+        results = [evaluate(i, version, lookup) for i in expr.items]
+        if any(r is False for r in results):
+            return False
+        return None if any(r is None for r in results) else True
+    if isinstance(expr, Any_):
+        results = [evaluate(i, version, lookup) for i in expr.items]
+        if any(r is True for r in results):
+            return True
+        return None if any(r is None for r in results) else False
+    if isinstance(expr, (HasAttr, Imports)):
+        return lookup(expr) if lookup else None
+    if isinstance(expr, VersionCmp):
+        if version is None:
+            return None
+        if expr.mode == "prefix":
+            result = version.startswith(expr.other)
+            return result if expr.op == "==" else not result
+        mine, other = _parse_version(version), _parse_version(expr.other)
+        if mine is None or other is None:
+            return None
+        if expr.mode == "tuple":
+            width = len(other.release)
+            return _OPS[expr.op](mine.release[:width], other.release)
+        # A local build ("0.32.0+cpu") compares as its public release.
+        return _OPS[expr.op](Version(mine.public), other)
+    return None
+
+
+def render(expr: GuardExpr) -> str:
+    if isinstance(expr, VersionCmp):
+        if expr.mode == "prefix":
+            return f"version {'starts' if expr.op == '==' else 'does not start'} with {expr.other!r}"
+        return f"version {expr.op} {expr.other}"
+    if isinstance(expr, HasAttr):
+        return f"hasattr({expr.symbol}, {expr.name!r})"
+    if isinstance(expr, Imports):
+        return "import of " + ", ".join(expr.symbols) + " succeeds"
+    if isinstance(expr, Not):
+        return f"not ({render(expr.item)})"
+    if isinstance(expr, All):
+        return " and ".join(f"({render(i)})" for i in expr.items)
+    if isinstance(expr, Any_):
+        return " or ".join(f"({render(i)})" for i in expr.items)
+    if isinstance(expr, Const):
+        return str(expr.value)
+    if isinstance(expr, Opaque):
+        return expr.text
+    return "?"

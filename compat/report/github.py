@@ -1,0 +1,47 @@
+"""GitHub Actions workflow commands: an annotation per finding that needs attention."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from compat.findings import Status
+
+if TYPE_CHECKING:
+    from compat.auditor import AuditResult
+
+
+def _escape(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def _file(result: AuditResult, relpath: str) -> str:
+    """Annotations need paths relative to the workspace: map the consumer's files there when possible."""
+    absolute = Path(result.scan.root) / relpath
+    try:
+        return os.path.relpath(absolute, Path.cwd()) if absolute.is_relative_to(Path.cwd()) else relpath
+    except ValueError:
+        return relpath
+
+
+def render(result: AuditResult) -> str:
+    failing = set(map(id, result.failing()))
+    lines = []
+    for f in result.findings:
+        if f.status is Status.OK:
+            continue
+        level = "error" if id(f) in failing else ("notice" if f.allowed else "warning")
+        props = [f"title={_escape(f'vllm-compat {f.probe}: {f.status.value}', True)}"]
+        if f.consumer_location and ":" in f.consumer_location:
+            file, _, line = f.consumer_location.rpartition(":")
+            props = [f"file={_escape(_file(result, file), True)}", f"line={line}"] + props
+        message = f.message + (f" Fix: {f.fix}" if f.fix else "")
+        if f.evidence.audited:
+            message += f"\nnow: {f.evidence.audited}"
+        lines.append(f"::{level} {','.join(props)}::{_escape(message)}")
+    counts = result.counts()
+    lines.append(f"::notice title=vllm-compat::{result.build.name} {result.build.version}: "
+                 + ", ".join(f"{counts[s.value]} {s.value}" for s in Status))
+    return "\n".join(lines) + "\n"

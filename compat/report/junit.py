@@ -1,0 +1,43 @@
+"""JUnit XML: one test case per touchpoint and probe, so CI systems list them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from xml.etree import ElementTree as ET
+
+from compat.findings import Status
+
+if TYPE_CHECKING:
+    from compat.auditor import AuditResult
+
+
+def render(result: AuditResult) -> str:
+    failing = set(map(id, result.failing()))
+    suite = ET.Element("testsuite", name=f"vllm-compat {result.scan.name} vs {result.build.name} "
+                                         f"{result.build.version}")
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for f in result.findings:
+        counts["tests"] += 1
+        name = f"{f.touchpoint or f.symbol} @ {f.consumer_location or '-'}"
+        case = ET.SubElement(suite, "testcase", classname=f"compat.{f.probe}", name=name)
+        if f.consumer_location and ":" in f.consumer_location:
+            file, _, line = f.consumer_location.rpartition(":")
+            case.set("file", file)
+            case.set("line", line)
+        detail = "\n".join(x for x in (f.message, f"fix: {f.fix}" if f.fix else "",
+                                        f"was: {f.evidence.written_for}" if f.evidence.written_for else "",
+                                        f"now: {f.evidence.audited}" if f.evidence.audited else "",
+                                        f.evidence.traceback or "") if x)
+        if id(f) in failing:
+            tag = "error" if f.status is Status.ERROR else "failure"
+            counts["errors" if tag == "error" else "failures"] += 1
+            ET.SubElement(case, tag, message=f.message, type=f.status.value).text = detail
+        elif f.status is not Status.OK:
+            counts["skipped"] += 1
+            reason = f"{f.status.value}: {f.message}" + (f" (allowed: {f.allowed})" if f.allowed else "")
+            ET.SubElement(case, "skipped", message=reason)
+        else:
+            ET.SubElement(case, "system-out").text = f.message
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,60 @@
+"""A readable table for the terminal (colour when writing to a TTY)."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from typing import TYPE_CHECKING
+
+from compat.findings import Status
+from compat.report import build_label
+
+if TYPE_CHECKING:
+    from compat.auditor import AuditResult
+
+_COLORS = {Status.OK: "32", Status.BROKEN: "31;1", Status.CHANGED: "33;1", Status.UNKNOWN: "36", Status.ERROR: "35;1"}
+
+
+def _paint(text: str, status: Status, color: bool) -> str:
+    return f"\x1b[{_COLORS[status]}m{text}\x1b[0m" if color else text
+
+
+def render(result: AuditResult, color: bool = False, show_ok: bool = False) -> str:
+    width = max(80, min(shutil.get_terminal_size((120, 20)).columns, 160))
+    scan = result.scan
+    lines = [f"consumer : {scan.name} {scan.version or ''} ({scan.origin})".rstrip(),
+             f"vLLM     : {build_label(result.build)} - {result.build.origin}"]
+    if result.baseline:
+        lines.append(f"baseline : {build_label(result.baseline)} - {result.baseline.origin}")
+    elif result.written_for:
+        lines.append(f"written for: {build_label(result.written_for)} (evidence shows its signatures)")
+    lines += [f"note     : {n}" for n in result.notes]
+    lines.append(f"scanned  : {scan.files} files, {len(scan.touchpoints)} touchpoints")
+    lines.append("")
+    shown = [f for f in result.findings if show_ok or f.status is not Status.OK]
+    for f in shown:
+        tag = _paint(f"{f.status.value.upper():8}", f.status, color)
+        allowed = f" [allowed: {f.allowed}]" if f.allowed else ""
+        lines.append(f"{tag} {f.probe:9} {f.consumer_location or '-'}{allowed}")
+        body = textwrap.wrap(f.message, width - 19) or [""]
+        lines += [" " * 19 + chunk for chunk in body]
+        if f.symbol:
+            lines.append(" " * 19 + f"symbol: {f.symbol}" + (f"  ({f.vllm_location})" if f.vllm_location else ""))
+        if f.status is not Status.OK:
+            if f.evidence.written_for and f.evidence.written_for != f.evidence.audited:
+                lines.append(" " * 19 + f"was    : {f.evidence.written_for}  [vLLM {f.evidence.written_for_build}]")
+            if f.evidence.audited:
+                lines.append(" " * 19 + f"now    : {f.evidence.audited}")
+            if f.fix:
+                lines.append(" " * 19 + f"fix    : {f.fix}")
+            if f.evidence.traceback:
+                lines += [" " * 19 + t for t in f.evidence.traceback.rstrip().splitlines()[-6:]]
+    counts = result.counts()
+    if shown:
+        lines.append("")
+    summary = ", ".join(_paint(f"{counts[s.value]} {s.value}", s, color and counts[s.value] > 0) for s in Status)
+    if counts["allowed"]:
+        summary += f", {counts['allowed']} allowed"
+    verdict = "FAIL" if result.exit_code else "PASS"
+    lines.append(f"{verdict}: {summary}" + ("" if show_ok else " (ok findings hidden; --show-ok lists them)"))
+    return "\n".join(lines) + "\n"

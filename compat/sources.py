@@ -1,0 +1,246 @@
+"""Python source trees: releases from the index, wheels and sdists, installed packages, paths.
+
+Everything the audit reads (a consumer, a vLLM build) becomes a ``SourceTree``: a directory
+holding top-level packages, plus what is known of its name, version and origin.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import importlib.metadata
+import json
+import re
+import shutil
+import subprocess
+import tarfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from compat import index
+from compat.cache import atomic_write_text, cache_dir
+from compat.errors import BadArchive, CompatError
+
+ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".tgz", ".tar", ".zip")
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    """A directory of Python sources and what is known about where it came from."""
+
+    root: Path
+    name: str
+    version: str | None
+    origin: str
+    requires: tuple[str, ...] = ()
+    files: tuple[Path, ...] = field(default=(), compare=False)
+
+    def python_files(self) -> list[Path]:
+        if self.files:
+            return list(self.files)
+        return sorted(p for p in self.root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def is_archive(text: str) -> bool:
+    return text.endswith(ARCHIVE_SUFFIXES)
+
+
+def _safe_member(name: str) -> PurePosixPath | None:
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts:
+        return None
+    return path
+
+
+def _keep(path: PurePosixPath) -> bool:
+    return path.suffix == ".py" or path.name in ("METADATA", "PKG-INFO")
+
+
+def extract_sources(archive: Path, dest: Path) -> None:
+    """Extract the Python files and metadata of a wheel or sdist into ``dest`` (atomically)."""
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        if archive.name.endswith((".whl", ".zip")):
+            try:
+                with zipfile.ZipFile(archive) as zf:
+                    for info in zf.infolist():
+                        path = _safe_member(info.filename)
+                        if path and not info.is_dir() and _keep(path):
+                            target = tmp.joinpath(*path.parts)
+                            target.parent.mkdir(parents=True, exist_ok=True)
+                            target.write_bytes(zf.read(info))
+            except (zipfile.BadZipFile, OSError, EOFError) as exc:
+                raise BadArchive(f"{archive}: not a readable zip archive ({type(exc).__name__}: {exc})") from exc
+        else:
+            try:
+                with tarfile.open(archive) as tf:
+                    for member in tf:
+                        path = _safe_member(member.name)
+                        if path and member.isfile() and _keep(path):
+                            source = tf.extractfile(member)
+                            if source is None:
+                                continue
+                            target = tmp.joinpath(*path.parts)
+                            target.parent.mkdir(parents=True, exist_ok=True)
+                            target.write_bytes(source.read())
+            except (tarfile.TarError, OSError, EOFError) as exc:
+                raise BadArchive(f"{archive}: not a readable tar archive ({type(exc).__name__}: {exc})") from exc
+        if not any(tmp.rglob("*.py")):
+            raise BadArchive(f"{archive}: holds no Python files")
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sdist_top(dest: Path) -> Path:
+    """An sdist's files sit under 'name-version/'; a wheel's at the top."""
+    entries = [p for p in dest.iterdir() if not p.name.startswith(".")]
+    if len(entries) == 1 and entries[0].is_dir() and not (entries[0] / "__init__.py").exists():
+        return entries[0]
+    return dest
+
+
+def _find_root(top: Path, package: str | None) -> Path:
+    for candidate in (top, top / "src"):
+        if package and (candidate / package / "__init__.py").exists():
+            return candidate
+    if (top / "src").is_dir() and not any((top / p / "__init__.py").exists() for p in _packages(top)):
+        return top / "src"
+    return top
+
+
+def _packages(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if (p / "__init__.py").exists()) if root.is_dir() else []
+
+
+def _read_metadata(top: Path) -> tuple[str | None, str | None, tuple[str, ...]]:
+    found = sorted(top.glob("*.dist-info/METADATA")) or sorted(top.glob("PKG-INFO")) or sorted(
+        top.glob("*.egg-info/PKG-INFO"))
+    if not found:
+        return None, None, ()
+    message = email.parser.Parser().parsestr(found[0].read_text(encoding="utf-8", errors="replace"))
+    return message.get("Name"), message.get("Version"), tuple(message.get_all("Requires-Dist") or ())
+
+
+def tree_from_archive(archive: Path, origin: str, package: str | None = None) -> SourceTree:
+    """Extract an archive once into the cache (keyed by its name and size) and describe it."""
+    archive = Path(archive)
+    if not archive.is_file():
+        raise CompatError(f"{archive}: no such file")
+    key = f"{archive.name}-{archive.stat().st_size}"
+    dest = cache_dir() / "src" / key
+    if not (dest / ".complete").exists():
+        extract_sources(archive, dest)
+        (dest / ".complete").touch()
+    top = _sdist_top(dest)
+    name, version, requires = _read_metadata(top)
+    if name is None:
+        match = re.match(r"([A-Za-z0-9_.]+?)-(\d[^-]*?)(?:-|\.tar|\.zip|$)", archive.name)
+        if match:
+            name, version = match.group(1), match.group(2)
+    if package is None and name:
+        package = canonicalize_name(name).replace("-", "_")
+    root = _find_root(top, package)
+    return SourceTree(root, name or archive.stem, version, origin, requires)
+
+
+def tree_from_release(project: str, request: str) -> SourceTree:
+    """A release from the package index, downloaded and extracted once.
+
+    An exact version already fetched is found through its manifest, without the index.
+    """
+    kind, _ = index.parse_request(request)
+    if kind == "exact":
+        cached = _cached_release(project, request.strip())
+        if cached is not None:
+            return cached
+    version = index.resolve(project, request)
+    cached = _cached_release(project, str(version))
+    if cached is not None:
+        return cached
+    chosen = index.choose_file(project, version)
+    path = index.download(chosen)
+    kind = "sdist" if chosen.is_sdist else "wheel"
+    origin = f"release {project}=={version} from the package index ({kind} {chosen.filename}), read statically"
+    tree = tree_from_archive(path, origin, canonicalize_name(project).replace("-", "_"))
+    tree = SourceTree(tree.root, project, str(version), origin, tree.requires)
+    manifest = {"root": str(tree.root), "origin": origin, "requires": list(tree.requires)}
+    atomic_write_text(_manifest_path(project, str(version)), json.dumps(manifest))
+    return tree
+
+
+def _manifest_path(project: str, version: str) -> Path:
+    return cache_dir() / "releases" / f"{canonicalize_name(project)}-{version}.json"
+
+
+def _cached_release(project: str, version: str) -> SourceTree | None:
+    path = _manifest_path(project, version)
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    root = Path(manifest["root"])
+    if not root.is_dir():
+        return None
+    return SourceTree(root, project, version, manifest["origin"], tuple(manifest["requires"]))
+
+
+def tree_from_installed(distribution: str) -> SourceTree:
+    """An installed distribution's files, found through its metadata (not imported)."""
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise CompatError(f"no installed distribution named '{distribution}'") from exc
+    files = [Path(str(dist.locate_file(f))) for f in (dist.files or []) if str(f).endswith(".py")]
+    files = [f for f in files if f.exists()]
+    if not files:
+        raise CompatError(f"installed distribution '{distribution}' has no Python files")
+    root = Path(str(dist.locate_file("")))
+    return SourceTree(root, dist.metadata["Name"], dist.version, f"installed distribution {distribution} {dist.version}",
+                      tuple(dist.requires or ()), tuple(sorted(files)))
+
+
+def tree_from_path(path: Path, package: str | None = None) -> SourceTree:
+    """A .py file, a package directory, or a directory holding packages (e.g. a git checkout)."""
+    path = Path(path).resolve()
+    if not path.exists():
+        raise CompatError(f"{path}: no such file or directory")
+    if path.is_file():
+        if path.suffix != ".py":
+            raise CompatError(f"{path}: not a .py file, wheel or sdist")
+        return SourceTree(path.parent, path.stem, None, f"file {path}", (), (path,))
+    if (path / "__init__.py").exists() and not (package and (path / package / "__init__.py").exists()):
+        root = path.parent
+        files = tuple(sorted(p for p in path.rglob("*.py") if "__pycache__" not in p.parts))
+        return SourceTree(root, path.name, None, f"directory {path}", (), files)
+    root = _find_root(path, package)
+    return SourceTree(root, path.name, _git_version(path), f"source directory {path}")
+
+
+def _git_version(path: Path) -> str | None:
+    """A checkout's version in setuptools-scm's spirit: the tag, or tag.postN+gSHA past it."""
+    if not (path / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(path), "describe", "--tags", "--long", "--match", "v*"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.fullmatch(r"v?(.+)-(\d+)-g([0-9a-f]+)", out)
+    if not match:
+        return None
+    tag, distance, sha = match.groups()
+    return tag if distance == "0" else f"{tag}.post{distance}+g{sha}"
+
+
+def parse_requirement(text: str) -> Requirement | None:
+    try:
+        return Requirement(text)
+    except InvalidRequirement:
+        return None

@@ -1,0 +1,77 @@
+"""vLLM's API surface as the probes see it, whichever way it was read.
+
+``StaticSurface`` reads a source tree with ``ast`` (any release, wheel, sdist or git checkout);
+``RuntimeSurface`` imports the installed vLLM and asks ``inspect``. Both answer the same
+questions with the same objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from compat.signature import Signature
+from compat.touchpoints import Location
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """Which vLLM build a surface describes and how it was read."""
+
+    name: str
+    version: str | None
+    origin: str
+    reading: str
+    """'static' (source read with ast) or 'runtime' (imported, inspect.signature)."""
+    root: str
+
+
+@dataclass(frozen=True)
+class Found:
+    """A vLLM object: where it is defined and what it is."""
+
+    path: str
+    kind: str
+    """module, class, function, method, property, attribute, external."""
+    location: Location | None = None
+    handle: Any = field(default=None, compare=False, repr=False)
+    """Reader-private: what the reader needs to answer further questions about it."""
+
+
+@dataclass(frozen=True)
+class Missing:
+    reason: str
+    elsewhere: tuple[str, ...] = ()
+    """Other places in the build where a definition of that name lives (it may have moved)."""
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    reason: str
+    traceback: str | None = None
+    """Set when reading the build crashed (an import that raised): the full traceback."""
+
+
+Lookup = Found | Missing | Unresolved
+
+
+class Surface(Protocol):
+    build: BuildInfo
+
+    def lookup(self, path: str) -> Lookup:
+        """Resolve a dotted path (``vllm.v1.request.Request``) the way an import would."""
+
+    def member(self, owner: Found, name: str) -> Lookup:
+        """An attribute of a module or class (inherited members and instance attributes included)."""
+
+    def signature(self, obj: Found) -> Signature | Unresolved:
+        """What calling ``obj`` accepts: a class's constructor, a function, a method via an instance."""
+
+    def result_type(self, obj: Found) -> Lookup:
+        """The class of what calling ``obj`` returns (an instance for a class)."""
+
+    def attribute_type(self, owner: Found, name: str) -> Lookup:
+        """The class of attribute ``name`` on instances of ``owner``."""
+
+    def definitions(self, name: str) -> tuple[str, ...]:
+        """Dotted paths of the top-level definitions of ``name`` anywhere in the build."""

@@ -1,0 +1,373 @@
+"""Signatures read from source the way ``inspect.signature`` reports them at run time.
+
+Covers plain functions and methods (seen through an instance: no ``self``), decorators that keep
+the wrapped signature (``functools.wraps``, decorators returning their argument), constructors
+found along the MRO (``__new__`` before ``__init__`` as ``inspect`` orders them), and ``__init__``
+synthesised for ``dataclasses``, pydantic dataclasses, ``dataclass_transform`` decorators such as
+vLLM's ``@config``, ``msgspec.Struct``, ``NamedTuple`` and pydantic ``BaseModel``.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from compat.signature import Parameter, ParamKind, Signature
+from compat.surface import Found, Unresolved
+from compat.surface.modules import ModuleInfo
+
+if TYPE_CHECKING:
+    from compat.surface.static import ClassModel, StaticSurface
+
+DATACLASS_DECORATORS = {"dataclasses.dataclass", "pydantic.dataclasses.dataclass"}
+TRANSFORM_MARKERS = {"typing.dataclass_transform", "typing_extensions.dataclass_transform"}
+FIELD_FUNCTIONS = {"dataclasses.field", "pydantic.Field", "pydantic.fields.Field", "msgspec.field"}
+STRUCT_BASES = {"msgspec.Struct"}
+NAMEDTUPLE_BASES = {"typing.NamedTuple"}
+MODEL_BASES = {"pydantic.BaseModel", "pydantic.main.BaseModel"}
+# Decorators known to keep the decorated callable's signature.
+KEEPS_SIGNATURE = {
+    "staticmethod", "classmethod", "property", "cached_property", "abstractmethod", "override", "final",
+    "cache", "lru_cache", "wraps", "inference_mode", "no_grad", "deprecated", "contextmanager",
+    "asynccontextmanager", "runtime_checkable", "total_ordering", "unique", "setter", "getter",
+}
+EXTERNAL_INIT = {
+    "torch.nn.Module": Signature((Parameter("args", ParamKind.VAR_POSITIONAL),
+                                  Parameter("kwargs", ParamKind.VAR_KEYWORD))),
+    "builtins.Exception": Signature((Parameter("args", ParamKind.VAR_POSITIONAL),
+                                     Parameter("kwargs", ParamKind.VAR_KEYWORD))),
+}
+_MAX_DEPTH = 12
+
+
+class CallableReader:
+    def __init__(self, surface: StaticSurface) -> None:
+        self.surface = surface
+
+    # ---- entry point ---------------------------------------------------------------------
+    def signature(self, obj: Found) -> Signature | Unresolved:
+        if obj.kind == "class":
+            model = self.surface.class_model(obj)
+            if model is None:
+                return Unresolved(f"cannot read class {obj.path}")
+            return self.constructor(model)
+        if obj.kind == "external":
+            return Unresolved(f"{obj.path} is outside the build")
+        if not obj.handle or obj.handle[0] not in ("def", "method"):
+            return Unresolved(f"{obj.path} is a {obj.kind}, not a callable the static reading understands")
+        node = obj.handle[2]
+        cls = obj.handle[1] if obj.handle[0] == "method" else None
+        info = obj.handle[1] if obj.handle[0] == "def" else obj.handle[1].module
+        sig = self.decorated(info, node)
+        if isinstance(sig, Unresolved):
+            return sig
+        sig = self._literal_defaults(sig, cls, info)
+        if obj.kind in ("method", "classmethod", "property"):
+            sig = sig.drop_first()
+        return sig
+
+    # ---- functions -----------------------------------------------------------------------
+    def decorated(self, info: ModuleInfo, node: ast.FunctionDef | ast.AsyncFunctionDef,
+                  depth: int = 0) -> Signature | Unresolved:
+        """The signature of a def after its decorators, innermost first."""
+        sig: Signature | Unresolved = from_def(node)
+        for deco in reversed(node.decorator_list):
+            if isinstance(sig, Unresolved):
+                return sig
+            sig = self.apply_decorator(info, deco, sig, depth)
+        return sig
+
+    def apply_decorator(self, info: ModuleInfo, deco: ast.expr, sig: Signature,
+                        depth: int) -> Signature | Unresolved:
+        target = deco.func if isinstance(deco, ast.Call) else deco
+        name = ast.unparse(target).rsplit(".", 1)[-1]
+        if name in KEEPS_SIGNATURE or name == "overload":
+            return sig
+        resolved = self.surface.resolve_expr(info, target)
+        if not isinstance(resolved, Found) or resolved.kind == "external":
+            # Decorators from other libraries (torch, functools, typing...) keep signatures
+            # through functools.wraps as a rule; say so when they are not known.
+            return sig
+        if resolved.kind != "function" or depth > _MAX_DEPTH:
+            return Unresolved(f"decorated by {ast.unparse(target)}, which the static reading cannot follow")
+        deco_info, deco_node = resolved.handle[1], resolved.handle[2]
+        if isinstance(deco, ast.Call):
+            inner = _returned_function(deco_node)
+            if inner is None:
+                if _returns_param(deco_node):
+                    return sig
+                return Unresolved(f"decorator factory {resolved.path} returns something the static reading cannot "
+                                  "follow")
+            deco_node = inner
+        return self._wrapper_signature(deco_info, deco_node, sig, resolved.path, depth)
+
+    def _wrapper_signature(self, info: ModuleInfo, deco_node: ast.FunctionDef | ast.AsyncFunctionDef,
+                           sig: Signature, name: str, depth: int) -> Signature | Unresolved:
+        if _returns_param(deco_node):
+            return sig
+        wrapper = _returned_function(deco_node)
+        if wrapper is None:
+            return Unresolved(f"decorated by {name}, which returns something the static reading cannot follow")
+        if any(ast.unparse(d.func if isinstance(d, ast.Call) else d).rsplit(".", 1)[-1] == "wraps"
+               for d in wrapper.decorator_list):
+            return sig
+        return self.decorated(info, wrapper, depth + 1)
+
+    # ---- classes -------------------------------------------------------------------------
+    def constructor(self, model: ClassModel) -> Signature | Unresolved:
+        """What ``inspect.signature(cls)`` gives: own ``__new__``/``__init__`` first, then inherited."""
+        order, external = self.surface.mro(model)
+        synthesized = self._synthesized(model, order, external)
+        if synthesized is not None:
+            return synthesized
+        own = self.surface._own_member(model, "__new__") or self.surface._own_member(model, "__init__")
+        if own is not None:
+            return self._method_signature(own)
+        for cls in order[1:]:
+            synthesized = self._synthesized(cls, self.surface.mro(cls)[0], self.surface.mro(cls)[1])
+            if synthesized is not None:
+                return synthesized
+            found = self.surface._own_member(cls, "__new__") or self.surface._own_member(cls, "__init__")
+            if found is not None:
+                return self._method_signature(found)
+        for base in external:
+            if base in EXTERNAL_INIT:
+                return EXTERNAL_INIT[base]
+            return Unresolved(f"{model.found.path} takes its constructor from {base}, outside the build")
+        return Signature(())
+
+    def _method_signature(self, found: Found) -> Signature | Unresolved:
+        cls, node = found.handle[1], found.handle[2]
+        sig = self.decorated(cls.module, node)
+        return sig if isinstance(sig, Unresolved) else self._literal_defaults(sig, cls, cls.module).drop_first()
+
+    def _literal_defaults(self, sig: Signature, cls: ClassModel | None, info: ModuleInfo) -> Signature:
+        params = []
+        for p in sig.parameters:
+            if p.default is not None and p.default.isidentifier():
+                p = Parameter(p.name, p.kind, p.has_default, self.constant_text(cls, ast.Name(p.default), info),
+                              p.annotation)
+            params.append(p)
+        return Signature(tuple(params), sig.returns)
+
+    def _synthesized(self, model: ClassModel, order: list[ClassModel], external: list[str]) -> Signature | None:
+        """A generated ``__init__`` for dataclass-like classes (None when the class gets none)."""
+        flavour = self.dataclass_flavour(model, external)
+        if flavour is None:
+            return None
+        if flavour == "dataclass" and self.surface._own_member(model, "__init__") is not None:
+            return None
+        options = self._decorator_options(model)
+        if options.get("init") is False:
+            return None
+        fields = self.fields(model, order, external, flavour)
+        kw_only_all = bool(options.get("kw_only")) or flavour == "model" or (
+            flavour == "struct" and self._struct_kw_only(order))
+        positional = [f for f in fields if not (kw_only_all or f[2])]
+        keyword = [f for f in fields if kw_only_all or f[2]]
+        params = [Parameter(n, ParamKind.POSITIONAL_OR_KEYWORD, d is not None, d, a) for n, a, _, d in positional]
+        params += [Parameter(n, ParamKind.KEYWORD_ONLY, d is not None, d, a) for n, a, _, d in keyword]
+        if flavour == "model" and self._model_allows_extra(order):
+            params.append(Parameter("data", ParamKind.VAR_KEYWORD))
+        return Signature(tuple(params), "None" if flavour in ("dataclass", "model") else None)
+
+    def dataclass_flavour(self, model: ClassModel, external: list[str]) -> str | None:
+        for deco in model.node.decorator_list:
+            if self._is_dataclass_decorator(model.module, deco):
+                return "dataclass"
+        if any(b in STRUCT_BASES for b in external):
+            return "struct"
+        if any(b in NAMEDTUPLE_BASES for b in external):
+            return "namedtuple"
+        if any(b in MODEL_BASES for b in external):
+            return "model"
+        return None
+
+    def _is_dataclass_decorator(self, info: ModuleInfo, deco: ast.expr) -> bool:
+        target = deco.func if isinstance(deco, ast.Call) else deco
+        resolved = self.surface.resolve_expr(info, target)
+        if not isinstance(resolved, Found):
+            return False
+        if resolved.path in DATACLASS_DECORATORS:
+            return True
+        if resolved.kind == "function" and resolved.handle:
+            fn = resolved.handle[2]
+            fn_info = resolved.handle[1]
+            for marker in fn.decorator_list:
+                marker_target = marker.func if isinstance(marker, ast.Call) else marker
+                found = self.surface.resolve_expr(fn_info, marker_target)
+                if isinstance(found, Found) and found.path in TRANSFORM_MARKERS:
+                    return True
+        return False
+
+    def _decorator_options(self, model: ClassModel) -> dict[str, object]:
+        options: dict[str, object] = {}
+        for deco in model.node.decorator_list:
+            if isinstance(deco, ast.Call) and self._is_dataclass_decorator(model.module, deco):
+                for kw in deco.keywords:
+                    if kw.arg and isinstance(kw.value, ast.Constant):
+                        options[kw.arg] = kw.value.value
+        return options
+
+    def _struct_kw_only(self, order: list[ClassModel]) -> bool:
+        for cls in order:
+            for kw in cls.node.keywords:
+                if kw.arg == "kw_only" and isinstance(kw.value, ast.Constant):
+                    return bool(kw.value.value)
+        return False
+
+    def _model_allows_extra(self, order: list[ClassModel]) -> bool:
+        for cls in order:
+            for stmt in cls.node.body:
+                if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "model_config"
+                                                        for t in stmt.targets):
+                    return "'allow'" in ast.unparse(stmt.value) or '"allow"' in ast.unparse(stmt.value)
+        return False
+
+    def fields(self, model: ClassModel, order: list[ClassModel], external: list[str],
+               flavour: str) -> list[tuple[str, str | None, bool, str | None]]:
+        """(name, annotation, kw_only, default) of every init field, bases first (dataclass order)."""
+        collected: dict[str, tuple[str, str | None, bool, str | None]] = {}
+        for cls in reversed(order):
+            if cls is not model and self.dataclass_flavour(cls, self.surface.mro(cls)[1]) is None:
+                continue
+            for name, annotation, kw_only, default, init in self._own_fields(cls):
+                if not init:
+                    collected.pop(name, None)
+                    continue
+                collected[name] = (name, annotation, kw_only, default)
+        return list(collected.values())
+
+    def _own_fields(self, cls: ClassModel):
+        kw_only = False
+        for stmt in cls.node.body:
+            if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name):
+                continue
+            annotation = _annotation_text(stmt.annotation)
+            head = annotation.split("[", 1)[0].rsplit(".", 1)[-1]
+            if head == "ClassVar":
+                continue
+            if head == "KW_ONLY":
+                kw_only = True
+                continue
+            name = stmt.target.id
+            default: str | None = None
+            init = True
+            field_kw_only = kw_only
+            value = stmt.value
+            if value is not None and isinstance(value, ast.Call) and self._is_field_call(cls.module, value):
+                for kw in value.keywords:
+                    if kw.arg in ("default_factory", "factory"):
+                        default = "<factory>"
+                    elif kw.arg == "init" and isinstance(kw.value, ast.Constant):
+                        init = bool(kw.value.value)
+                    elif kw.arg == "kw_only" and isinstance(kw.value, ast.Constant):
+                        field_kw_only = bool(kw.value.value)
+                given = _default_node(value)
+                if given is not None:
+                    default = self.constant_text(cls, given)
+            elif value is not None:
+                default = self.constant_text(cls, value)
+            yield name, annotation, field_kw_only, default, init
+
+    def constant_text(self, cls: ClassModel | None, node: ast.expr, info: ModuleInfo | None = None) -> str:
+        """A default as ``inspect`` shows it: a name bound to a literal reads as the literal."""
+        if isinstance(node, ast.Name):
+            scopes = []
+            if cls is not None:
+                scopes.append([s for s in cls.node.body if isinstance(s, (ast.Assign, ast.AnnAssign))])
+            module = info or (cls.module if cls is not None else None)
+            if module is not None:
+                binding = module.bindings.get(node.id)
+                if binding is not None and binding.kind == "assign":
+                    scopes.append([binding.node])
+                elif binding is not None and binding.kind == "import" and binding.module:
+                    target = self.surface.module_lookup(binding.module, binding.name or node.id)
+                    if isinstance(target, Found) and target.handle and target.handle[0] == "assign":
+                        scopes.append([target.handle[2]])
+            for statements in scopes:
+                for stmt in statements:
+                    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                    names = [t.id for t in targets if isinstance(t, ast.Name)]
+                    if node.id in names and stmt.value is not None:
+                        try:
+                            return repr(ast.literal_eval(stmt.value))
+                        except (ValueError, SyntaxError, TypeError):
+                            break
+        return ast.unparse(node)
+
+    def _is_field_call(self, info: ModuleInfo, call: ast.Call) -> bool:
+        resolved = self.surface.resolve_expr(info, call.func)
+        if isinstance(resolved, Found) and resolved.path in FIELD_FUNCTIONS:
+            return True
+        name = ast.unparse(call.func).rsplit(".", 1)[-1]
+        return name in ("field", "Field") and not isinstance(resolved, Found)
+
+
+def _default_node(call: ast.Call) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == "default":
+            return kw.value
+    if call.args and not (isinstance(call.args[0], ast.Constant) and call.args[0].value is Ellipsis):
+        return call.args[0]
+    return None
+
+
+def _annotation_text(node: ast.expr) -> str:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return ast.unparse(node)
+
+
+def from_def(node: ast.FunctionDef | ast.AsyncFunctionDef) -> Signature:
+    """The parameters a def declares, in ``inspect`` order and kinds."""
+    args = node.args
+    params: list[Parameter] = []
+    positional = args.posonlyargs + args.args
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    for index, (arg, default) in enumerate(zip(positional, defaults)):
+        kind = ParamKind.POSITIONAL_ONLY if index < len(args.posonlyargs) else ParamKind.POSITIONAL_OR_KEYWORD
+        params.append(_param(arg, kind, default))
+    if args.vararg:
+        params.append(_param(args.vararg, ParamKind.VAR_POSITIONAL, None))
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+        params.append(_param(arg, ParamKind.KEYWORD_ONLY, default))
+    if args.kwarg:
+        params.append(_param(args.kwarg, ParamKind.VAR_KEYWORD, None))
+    returns = _annotation_text(node.returns) if node.returns is not None else None
+    return Signature(tuple(params), returns)
+
+
+def _param(arg: ast.arg, kind: ParamKind, default: ast.expr | None) -> Parameter:
+    annotation = _annotation_text(arg.annotation) if arg.annotation is not None else None
+    return Parameter(arg.arg, kind, default is not None, ast.unparse(default) if default is not None else None,
+                     annotation)
+
+
+def _own_returns(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Return]:
+    """The return statements of ``node`` itself, not of the functions nested in it."""
+    found: list[ast.Return] = []
+    stack: list[ast.AST] = list(node.body)
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.Return):
+            found.append(current)
+        elif not isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(current))
+    return found
+
+
+def _returned_function(node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The inner def a decorator (factory) returns, if it returns one by name."""
+    inner = {s.name: s for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for ret in _own_returns(node):
+        if isinstance(ret.value, ast.Name) and ret.value.id in inner:
+            return inner[ret.value.id]
+    return None
+
+
+def _returns_param(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A decorator that hands back what it was given (possibly after registering it)."""
+    params = {a.arg for a in node.args.posonlyargs + node.args.args}
+    returns = [r for r in _own_returns(node) if r.value is not None]
+    return bool(returns) and all(isinstance(r.value, ast.Name) and r.value.id in params for r in returns)

@@ -1,0 +1,193 @@
+"""Modules of a source tree: which file holds a module, and what each top-level name is bound to.
+
+Only the modules a query needs are parsed, each once. Bindings follow runtime semantics where
+they can be read off the code: names under ``if TYPE_CHECKING`` do not exist at run time (they
+are kept apart, for annotations), the first branch of an ``if``/``try`` wins over its
+alternative, and a later top-level binding replaces an earlier one.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Binding:
+    kind: str
+    """def, class, import (``from m import n``), module (``import m``), assign."""
+    node: ast.AST
+    module: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class ModuleInfo:
+    name: str
+    path: Path
+    relpath: str
+    tree: ast.Module
+    is_package: bool
+    bindings: dict[str, Binding] = field(default_factory=dict)
+    type_bindings: dict[str, Binding] = field(default_factory=dict)
+    star_imports: list[str] = field(default_factory=list)
+    lazy: dict[str, tuple[str, str]] = field(default_factory=dict)
+    has_getattr: bool = False
+
+
+class SourceIndex:
+    """Finds and parses the modules of one top-level package inside a source root."""
+
+    def __init__(self, root: Path, package: str) -> None:
+        self.root = Path(root)
+        self.package = package
+        self._modules: dict[str, ModuleInfo | None] = {}
+        self.parsed_files: list[Path] = []
+
+    def is_internal(self, module: str) -> bool:
+        return module == self.package or module.startswith(self.package + ".")
+
+    def module_file(self, module: str) -> tuple[Path, bool] | None:
+        if not self.is_internal(module):
+            return None
+        base = self.root.joinpath(*module.split("."))
+        init = base / "__init__.py"
+        if init.is_file():
+            return init, True
+        py = base.with_suffix(".py")
+        if py.is_file():
+            return py, False
+        return None
+
+    def exists(self, module: str) -> bool:
+        return self.module_file(module) is not None
+
+    def module(self, name: str) -> ModuleInfo | None:
+        """The parsed module, or None when the tree has no such module."""
+        if name in self._modules:
+            return self._modules[name]
+        found = self.module_file(name)
+        if found is None:
+            self._modules[name] = None
+            return None
+        path, is_package = found
+        source = path.read_bytes()
+        tree = ast.parse(source, filename=str(path))
+        self.parsed_files.append(path)
+        info = ModuleInfo(name, path, path.relative_to(self.root).as_posix(), tree, is_package)
+        _collect(info, tree.body, info.bindings, info.type_bindings, runtime=True)
+        self._modules[name] = info
+        return info
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _collect(info: ModuleInfo, body: list[ast.stmt], out: dict[str, Binding], type_out: dict[str, Binding],
+             runtime: bool) -> None:
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[stmt.name] = Binding("def", stmt)
+            if stmt.name == "__getattr__" and runtime:
+                info.has_getattr = True
+        elif isinstance(stmt, ast.ClassDef):
+            out[stmt.name] = Binding("class", stmt)
+        elif isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if alias.asname:
+                    out[alias.asname] = Binding("module", stmt, module=alias.name)
+                else:
+                    top = alias.name.split(".")[0]
+                    out[top] = Binding("module", stmt, module=top)
+        elif isinstance(stmt, ast.ImportFrom):
+            module = _absolute(info, stmt)
+            for alias in stmt.names:
+                if alias.name == "*":
+                    if runtime:
+                        info.star_imports.append(module)
+                    continue
+                out[alias.asname or alias.name] = Binding("import", stmt, module=module, name=alias.name)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if isinstance(stmt, ast.AnnAssign) and stmt.value is None:
+                continue
+            for target in targets:
+                for name in _target_names(target):
+                    out[name] = Binding("assign", stmt)
+            value = stmt.value
+            if runtime and isinstance(value, ast.Dict):
+                _read_lazy_map(info, value)
+        elif isinstance(stmt, ast.If):
+            if _is_type_checking(stmt.test):
+                _collect(info, stmt.body, type_out, type_out, runtime=False)
+                _collect_alternative(info, stmt.orelse, out, type_out, runtime, replace=True)
+            else:
+                _collect_branches(info, stmt.body, stmt.orelse, out, type_out, runtime)
+        elif isinstance(stmt, ast.Try):
+            alternatives = [s for h in stmt.handlers for s in h.body]
+            _collect_branches(info, stmt.body + stmt.orelse, alternatives, out, type_out, runtime)
+            _collect(info, stmt.finalbody, out, type_out, runtime)
+        elif isinstance(stmt, (ast.With, ast.For, ast.While)):
+            _collect(info, stmt.body, out, type_out, runtime)
+
+
+def _collect_branches(info: ModuleInfo, primary: list[ast.stmt], alternative: list[ast.stmt],
+                      out: dict[str, Binding], type_out: dict[str, Binding], runtime: bool) -> None:
+    first: dict[str, Binding] = {}
+    _collect(info, primary, first, type_out, runtime)
+    _collect_alternative(info, alternative, out, type_out, runtime, replace=False, keep=first)
+    out.update(first)
+
+
+def _collect_alternative(info: ModuleInfo, body: list[ast.stmt], out: dict[str, Binding],
+                         type_out: dict[str, Binding], runtime: bool, replace: bool,
+                         keep: dict[str, Binding] | None = None) -> None:
+    second: dict[str, Binding] = {}
+    _collect(info, body, second, type_out, runtime)
+    for name, binding in second.items():
+        if replace or name not in (keep or {}):
+            out[name] = binding
+
+
+def _target_names(target: ast.expr) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for e in target.elts for n in _target_names(e)]
+    return []
+
+
+def _absolute(info: ModuleInfo, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    parts = info.name.split(".")
+    base = parts if info.is_package else parts[:-1]
+    if node.level > 1:
+        base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _read_lazy_map(info: ModuleInfo, node: ast.Dict) -> None:
+    """``{"LLM": ".entrypoints.llm:LLM"}``: the lazy-attribute tables vLLM's ``__getattr__`` reads."""
+    entries: dict[str, tuple[str, str]] = {}
+    for key, value in zip(node.keys, node.values):
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+            return
+        if isinstance(value, ast.Constant) and isinstance(value.value, str) and ":" in value.value:
+            module, _, attr = value.value.partition(":")
+        elif isinstance(value, ast.Tuple) and len(value.elts) == 2 and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts):
+            module, attr = value.elts[0].value, value.elts[1].value  # type: ignore[union-attr]
+        else:
+            return
+        if module.startswith("."):
+            level = len(module) - len(module.lstrip("."))
+            parts = info.name.split(".") if info.is_package else info.name.split(".")[:-1]
+            if level > 1:
+                parts = parts[: len(parts) - (level - 1)]
+            module = ".".join(parts + [module.lstrip(".")])
+        entries[key.value] = (module, attr)
+    info.lazy.update(entries)

@@ -1,0 +1,217 @@
+"""The runtime reading: import the installed vLLM and ask ``inspect``.
+
+Signatures and the existence of names come from the live objects. What ``inspect`` cannot see
+(instance attributes set in methods, annotations naming return types, where names are defined)
+comes from a static reading of the installed files, so both readings share one model.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from compat.errors import CompatError
+from compat.signature import Parameter, ParamKind, Signature
+from compat.surface import BuildInfo, Found, Lookup, Missing, Unresolved
+from compat.surface.static import StaticSurface
+
+_KINDS = {
+    inspect.Parameter.POSITIONAL_ONLY: ParamKind.POSITIONAL_ONLY,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD: ParamKind.POSITIONAL_OR_KEYWORD,
+    inspect.Parameter.VAR_POSITIONAL: ParamKind.VAR_POSITIONAL,
+    inspect.Parameter.KEYWORD_ONLY: ParamKind.KEYWORD_ONLY,
+    inspect.Parameter.VAR_KEYWORD: ParamKind.VAR_KEYWORD,
+}
+
+
+class VllmImportError(CompatError):
+    """Importing the installed vLLM failed; carries the full traceback."""
+
+    def __init__(self, message: str, trace: str) -> None:
+        super().__init__(message)
+        self.trace = trace
+
+
+def installed_root(package: str = "vllm") -> Path | None:
+    """The directory holding the installed package (found without importing it)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]).parent
+
+
+def to_signature(sig: inspect.Signature) -> Signature:
+    params = []
+    for p in sig.parameters.values():
+        has_default = p.default is not inspect.Parameter.empty
+        annotation = None
+        if p.annotation is not inspect.Parameter.empty:
+            annotation = p.annotation if isinstance(p.annotation, str) else inspect.formatannotation(p.annotation)
+        params.append(Parameter(p.name, _KINDS[p.kind], has_default, repr(p.default) if has_default else None,
+                                annotation))
+    returns = None
+    if sig.return_annotation is not inspect.Signature.empty:
+        returns = sig.return_annotation if isinstance(sig.return_annotation, str) else inspect.formatannotation(
+            sig.return_annotation)
+    return Signature(tuple(params), returns)
+
+
+class RuntimeSurface:
+    """The installed vLLM, imported."""
+
+    def __init__(self, package: str = "vllm") -> None:
+        self.package = package
+        try:
+            top = importlib.import_module(package)
+        except BaseException as exc:  # noqa: BLE001 - any failure to import is the finding
+            trace = traceback.format_exc()
+            raise VllmImportError(f"import {package} failed: {type(exc).__name__}: {exc}", trace) from exc
+        root = Path(top.__file__).resolve().parent.parent  # type: ignore[arg-type]
+        version = getattr(top, "__version__", None)
+        self.build = BuildInfo(package, version, f"installed {package} {version} at {root / package}", "runtime",
+                               str(root))
+        self.static = StaticSurface(root, BuildInfo(package, version, self.build.origin, "static", str(root)),
+                                    package)
+
+    # ---- names ---------------------------------------------------------------------------
+    def lookup(self, path: str) -> Lookup:
+        parts = path.split(".")
+        if parts[0] != self.package:
+            return Found(path, "external")
+        try:
+            current: Any = importlib.import_module(parts[0])
+        except BaseException as exc:  # noqa: BLE001
+            return Unresolved(f"import {parts[0]} failed: {type(exc).__name__}: {exc}", traceback.format_exc())
+        found: Lookup = self._found(current, parts[0])
+        for name in parts[1:]:
+            if not isinstance(found, Found):
+                return found
+            found = self.member(found, name)
+        return found
+
+    def _attribute(self, current: Any, current_path: str, name: str) -> tuple[Any] | Missing | Unresolved:
+        if isinstance(current, ModuleType):
+            sub = f"{current.__name__}.{name}"
+            is_package = hasattr(current, "__path__")
+            spec = None
+            if is_package:
+                try:
+                    spec = importlib.util.find_spec(sub)
+                except (ImportError, ValueError):
+                    spec = None
+            if spec is not None:
+                try:
+                    return (importlib.import_module(sub),)
+                except BaseException as exc:  # noqa: BLE001
+                    return Unresolved(f"import {sub} failed: {type(exc).__name__}: {exc}", traceback.format_exc())
+        try:
+            return (getattr(current, name),)
+        except AttributeError:
+            if isinstance(current, ModuleType):
+                return Missing(f"module {current_path} has no name '{name}'")
+            return Missing(f"{current_path} has no attribute '{name}'")
+        except BaseException as exc:  # noqa: BLE001
+            return Unresolved(f"reading {current_path}.{name} raised {type(exc).__name__}: {exc}",
+                              traceback.format_exc())
+
+    def _found(self, obj: Any, path: str, kind: str | None = None) -> Found:
+        if kind is None:
+            if inspect.ismodule(obj):
+                kind = "module"
+            elif inspect.isclass(obj):
+                kind = "class"
+            elif callable(obj):
+                kind = "function"
+            else:
+                kind = "attribute"
+        canonical = path
+        if kind in ("class", "function") and getattr(obj, "__module__", None) and getattr(obj, "__qualname__", None):
+            canonical = f"{obj.__module__}.{obj.__qualname__}"
+        elif kind == "module":
+            canonical = obj.__name__
+        location = None
+        if canonical.startswith(self.package):
+            static = self.static.lookup(canonical)
+            location = static.location if isinstance(static, Found) else None
+        return Found(canonical, kind, location, handle=("runtime", obj))
+
+    def member(self, owner: Found, name: str) -> Lookup:
+        if owner.kind == "external":
+            return Found(f"{owner.path}.{name}", "external")
+        obj = owner.handle[1] if owner.handle and owner.handle[0] == "runtime" else None
+        if obj is None:
+            return self.static.member(owner, name)
+        if owner.kind == "module":
+            result = self._attribute(obj, owner.path, name)
+            return self._found(result[0], f"{owner.path}.{name}") if isinstance(result, tuple) else result
+        if owner.kind == "class":
+            try:
+                raw = inspect.getattr_static(obj, name)
+            except AttributeError:
+                static_owner = self.static.lookup(owner.path)
+                if isinstance(static_owner, Found):
+                    return self.static.member(static_owner, name)
+                return Missing(f"{owner.path} has no attribute '{name}'")
+            kind = "attribute"
+            if isinstance(raw, staticmethod):
+                kind = "staticmethod"
+            elif isinstance(raw, classmethod):
+                kind = "classmethod"
+            elif isinstance(raw, property) or type(raw).__name__ == "cached_property":
+                kind = "property"
+            elif inspect.isfunction(raw):
+                kind = "method"
+            elif inspect.isclass(raw):
+                kind = "class"
+            value = getattr(obj, name, raw)
+            found = self._found(value, f"{owner.path}.{name}", kind)
+            static_owner = self.static.lookup(owner.path)
+            location = None
+            if isinstance(static_owner, Found):
+                static_member = self.static.member(static_owner, name)
+                location = static_member.location if isinstance(static_member, Found) else None
+            return Found(f"{owner.path}.{name}", kind, location or found.location, handle=("runtime", value, raw))
+        return self.static.member(owner, name)
+
+    # ---- signatures and types -------------------------------------------------------------
+    def signature(self, obj: Found) -> Signature | Unresolved:
+        if not obj.handle or obj.handle[0] != "runtime":
+            return self.static.signature(obj)
+        value = obj.handle[1]
+        if obj.kind == "property":
+            raw = obj.handle[2] if len(obj.handle) > 2 else value
+            getter = getattr(raw, "fget", None) or getattr(raw, "func", None)
+            value = getter
+        try:
+            sig = to_signature(inspect.signature(value))
+        except (TypeError, ValueError) as exc:
+            return Unresolved(f"inspect.signature({obj.path}) failed: {type(exc).__name__}: {exc}")
+        if obj.kind in ("method", "property"):
+            sig = sig.drop_first()
+        return sig
+
+    def _static_twin(self, obj: Found) -> Lookup:
+        return self.static.lookup(obj.path)
+
+    def result_type(self, obj: Found) -> Lookup:
+        twin = self._static_twin(obj)
+        return self.static.result_type(twin) if isinstance(twin, Found) else twin
+
+    def attribute_type(self, owner: Found, name: str) -> Lookup:
+        twin = self._static_twin(owner)
+        return self.static.attribute_type(twin, name) if isinstance(twin, Found) else twin
+
+    def member_names(self, owner: Found) -> tuple[str, ...]:
+        twin = self._static_twin(owner)
+        names = set(self.static.member_names(twin)) if isinstance(twin, Found) else set()
+        if owner.handle and owner.handle[0] == "runtime":
+            names.update(dir(owner.handle[1]))
+        return tuple(sorted(names))
+
+    def definitions(self, name: str) -> tuple[str, ...]:
+        return self.static.definitions(name)

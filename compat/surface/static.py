@@ -1,0 +1,474 @@
+"""The static reading: resolve vLLM names and signatures from source with ``ast``, never importing.
+
+It answers what ``import`` and ``inspect.signature`` would answer at run time: re-exports through
+``__init__`` files and lazy ``__getattr__`` tables, inherited members (C3 order), instance
+attributes set in methods, and constructors synthesised by dataclass-like decorators (see
+``compat.surface.callables``).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from compat.signature import Signature
+from compat.surface import BuildInfo, Found, Lookup, Missing, Unresolved
+from compat.surface.callables import CallableReader
+from compat.surface.modules import Binding, ModuleInfo, SourceIndex
+from compat.touchpoints import Location
+
+# Bases that add no members a consumer could reach and no constructor parameters.
+NEUTRAL_BASES = {
+    "builtins.object", "abc.ABC", "typing.Generic", "typing.Protocol", "typing_extensions.Protocol",
+    "object", "ABC", "Generic", "Protocol",
+}
+_MAX_DEPTH = 40
+
+
+@dataclass(eq=False)
+class ClassModel:
+    """A class of the build: its node, module, resolved bases and linearised MRO."""
+
+    found: Found
+    module: ModuleInfo
+    node: ast.ClassDef
+    bases: list[Found | Unresolved | Missing]
+    mro: list[ClassModel] | None = None
+    external: list[str] | None = None
+
+
+class StaticSurface:
+    """API surface of a source tree (a release, a wheel, an sdist, a checkout, or site-packages)."""
+
+    def __init__(self, root: Path, build: BuildInfo, package: str = "vllm") -> None:
+        self.build = build
+        self.package = package
+        self.index = SourceIndex(Path(root), package)
+        self._classes: dict[tuple[str, int], ClassModel] = {}
+        self._definitions: dict[str, list[str]] | None = None
+        self.callables = CallableReader(self)
+
+    # ---- names ---------------------------------------------------------------------------
+    def lookup(self, path: str) -> Lookup:
+        parts = path.split(".")
+        if not self.index.is_internal(path):
+            return Found(path, "external")
+        for cut in range(len(parts), 0, -1):
+            module = ".".join(parts[:cut])
+            info = self.index.module(module)
+            if info is None:
+                continue
+            current: Lookup = Found(module, "module", Location(info.relpath, 1), handle=("module", info))
+            for name in parts[cut:]:
+                if not isinstance(current, Found):
+                    break
+                current = self.member(current, name)
+            return current
+        return Missing(f"no module {parts[0]} in the build")
+
+    def module_lookup(self, module: str, name: str, depth: int = 0) -> Lookup:
+        """``name`` as ``from module import name`` would see it."""
+        if depth > _MAX_DEPTH:
+            return Unresolved(f"import cycle while resolving {module}.{name}")
+        info = self.index.module(module)
+        if info is None:
+            if not self.index.is_internal(module):
+                return Found(f"{module}.{name}", "external")
+            return Missing(f"module {module} does not exist in this build")
+        binding = info.bindings.get(name)
+        if binding is not None:
+            return self._from_binding(info, name, binding, depth)
+        if info.is_package and self.index.exists(f"{module}.{name}"):
+            sub = self.index.module(f"{module}.{name}")
+            assert sub is not None
+            return Found(sub.name, "module", Location(sub.relpath, 1), handle=("module", sub))
+        for star in info.star_imports:
+            found = self.module_lookup(star, name, depth + 1)
+            if isinstance(found, Found):
+                return found
+        if name in info.lazy:
+            target_module, attr = info.lazy[name]
+            return self.module_lookup(target_module, attr, depth + 1)
+        if info.has_getattr:
+            return Unresolved(f"{module} defines a module __getattr__; '{name}' may be provided lazily")
+        return Missing(f"module {module} has no name '{name}'")
+
+    def _from_binding(self, info: ModuleInfo, name: str, binding: Binding, depth: int) -> Lookup:
+        node = binding.node
+        if binding.kind == "class":
+            return self._class_found(info, node)  # type: ignore[arg-type]
+        if binding.kind == "def":
+            return Found(f"{info.name}.{name}", "function", Location(info.relpath, node.lineno),  # type: ignore[attr-defined]
+                         handle=("def", info, node))
+        if binding.kind == "import":
+            assert binding.module is not None and binding.name is not None
+            if self.index.is_internal(binding.module):
+                found = self.module_lookup(binding.module, binding.name, depth + 1)
+                if isinstance(found, Missing):
+                    return Missing(f"{info.name} imports '{binding.name}' from {binding.module}, "
+                                   f"which does not have it", found.elsewhere)
+                return found
+            return Found(f"{binding.module}.{binding.name}", "external")
+        if binding.kind == "module":
+            assert binding.module is not None
+            target = self.index.module(binding.module)
+            if target is None:
+                return Found(binding.module, "external")
+            return Found(target.name, "module", Location(target.relpath, 1), handle=("module", target))
+        if binding.kind == "assign":
+            value = getattr(node, "value", None)
+            if isinstance(value, (ast.Name, ast.Attribute)):
+                aliased = self.resolve_expr(info, value, depth + 1)
+                if isinstance(aliased, Found):
+                    return aliased
+            return Found(f"{info.name}.{name}", "attribute", Location(info.relpath, node.lineno),  # type: ignore[attr-defined]
+                         handle=("assign", info, node))
+        return Unresolved(f"cannot read binding of {info.name}.{name}")
+
+    def resolve_expr(self, info: ModuleInfo, expr: ast.expr, depth: int = 0, types: bool = False) -> Lookup:
+        """A Name / Attribute chain evaluated in a module's namespace (``types``: TYPE_CHECKING too)."""
+        if isinstance(expr, ast.Name):
+            if expr.id in info.bindings:
+                return self._from_binding(info, expr.id, info.bindings[expr.id], depth)
+            if types and expr.id in info.type_bindings:
+                return self._from_binding(info, expr.id, info.type_bindings[expr.id], depth)
+            if hasattr(builtins, expr.id):
+                return Found(f"builtins.{expr.id}", "external")
+            return Unresolved(f"'{expr.id}' is not a module-level name of {info.name}")
+        if isinstance(expr, ast.Attribute):
+            base = self.resolve_expr(info, expr.value, depth, types)
+            if isinstance(base, Found):
+                if base.kind == "external":
+                    return Found(f"{base.path}.{expr.attr}", "external")
+                return self.member(base, expr.attr)
+            return base
+        if isinstance(expr, ast.Subscript):
+            return self.resolve_expr(info, expr.value, depth, types)
+        if isinstance(expr, ast.Call):
+            return Unresolved(f"computed value {ast.unparse(expr)}")
+        return Unresolved(f"expression {ast.unparse(expr)}")
+
+    # ---- classes -------------------------------------------------------------------------
+    def _class_found(self, info: ModuleInfo, node: ast.ClassDef, qualname: str | None = None) -> Found:
+        path = f"{info.name}.{qualname or node.name}"
+        return Found(path, "class", Location(info.relpath, node.lineno), handle=("class", info, node))
+
+    def class_model(self, found: Found) -> ClassModel | None:
+        if found.kind != "class" or not found.handle:
+            return None
+        _, info, node = found.handle
+        key = (str(info.path), node.lineno)
+        model = self._classes.get(key)
+        if model is None:
+            bases: list[Found | Unresolved | Missing] = []
+            for base in node.bases:
+                resolved = self.resolve_expr(info, base)
+                bases.append(resolved)
+            model = ClassModel(found, info, node, bases)
+            self._classes[key] = model
+        return model
+
+    def mro(self, model: ClassModel, depth: int = 0) -> tuple[list[ClassModel], list[str]]:
+        """Internal classes in C3 order, and the external bases met (by dotted path)."""
+        if model.mro is not None and model.external is not None:
+            return model.mro, model.external
+        if depth > _MAX_DEPTH:
+            return [model], ["<inheritance too deep>"]
+        sequences: list[list[ClassModel]] = []
+        external: list[str] = []
+        for base in model.bases:
+            if isinstance(base, Found) and base.kind == "class":
+                base_model = self.class_model(base)
+                if base_model is not None:
+                    base_mro, base_external = self.mro(base_model, depth + 1)
+                    sequences.append(list(base_mro))
+                    external.extend(e for e in base_external if e not in external)
+                    continue
+            if isinstance(base, Found):
+                if base.path not in NEUTRAL_BASES and base.path not in external:
+                    external.append(base.path)
+            else:
+                external.append(f"<unresolved base: {base.reason}>")
+        sequences.append([self.class_model(b) for b in model.bases  # type: ignore[misc]
+                          if isinstance(b, Found) and b.kind == "class" and self.class_model(b) is not None])
+        order = [model] + _c3_merge(sequences)
+        model.mro, model.external = order, external
+        return order, external
+
+    # ---- members -------------------------------------------------------------------------
+    def member(self, owner: Found, name: str) -> Lookup:
+        if owner.kind == "module":
+            return self.module_lookup(owner.path, name)
+        if owner.kind == "external":
+            return Found(f"{owner.path}.{name}", "external")
+        if owner.kind != "class":
+            return Unresolved(f"{owner.path} is a {owner.kind}; its attributes are not known statically")
+        model = self.class_model(owner)
+        if model is None:
+            return Unresolved(f"cannot read class {owner.path}")
+        order, external = self.mro(model)
+        for cls in order:
+            found = self._own_member(cls, name)
+            if found is not None:
+                return found
+        for cls in order:
+            found = self._instance_attribute(cls, name)
+            if found is not None:
+                return found
+        if any(self._own_member(cls, "__getattr__") for cls in order):
+            return Unresolved(f"{owner.path} defines __getattr__; '{name}' may be provided dynamically")
+        if external:
+            return Unresolved(f"{owner.path} inherits from {', '.join(external)} (outside the build); "
+                              f"'{name}' may come from there")
+        return Missing(f"{owner.path} has no attribute '{name}'")
+
+    def _own_member(self, cls: ClassModel, name: str) -> Found | None:
+        found: Found | None = None
+        for stmt in _class_body(cls.node.body):
+            path = f"{cls.found.path}.{name}"
+            loc = Location(cls.module.relpath, stmt.lineno)
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+                found = Found(path, _method_kind(stmt), loc, handle=("method", cls, stmt))
+            elif isinstance(stmt, ast.ClassDef) and stmt.name == name:
+                found = Found(path, "class", loc, handle=("class", cls.module, stmt))
+            elif isinstance(stmt, ast.Assign) and name in [n for t in stmt.targets for n in _names(t)]:
+                found = Found(path, "attribute", loc, handle=("classattr", cls, stmt))
+            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
+                found = Found(path, "attribute", loc, handle=("classattr", cls, stmt))
+        return found
+
+    def _instance_attribute(self, cls: ClassModel, name: str) -> Found | None:
+        for stmt in _class_body(cls.node.body):
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            self_name = _self_name(stmt)
+            if self_name is None:
+                continue
+            for sub in ast.walk(stmt):
+                targets: list[ast.expr] = []
+                if isinstance(sub, ast.Assign):
+                    targets = [t for target in sub.targets for t in _flatten(target)]
+                elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)):
+                    targets = [sub.target]
+                for target in targets:
+                    if (isinstance(target, ast.Attribute) and target.attr == name
+                            and isinstance(target.value, ast.Name) and target.value.id == self_name):
+                        return Found(f"{cls.found.path}.{name}", "instance-attribute",
+                                     Location(cls.module.relpath, sub.lineno), handle=("instattr", cls, sub, stmt))
+        slots = self._own_member(cls, "__slots__")
+        if slots is not None and slots.handle:
+            value = getattr(slots.handle[2], "value", None)
+            if isinstance(value, (ast.Tuple, ast.List)) and any(
+                    isinstance(e, ast.Constant) and e.value == name for e in value.elts):
+                return Found(f"{cls.found.path}.{name}", "instance-attribute", slots.location,
+                             handle=("slot", cls, slots.handle[2]))
+        return None
+
+    def member_names(self, owner: Found) -> tuple[str, ...]:
+        """Names reachable on a class (class body and instance attributes along the MRO) or module."""
+        if owner.kind == "module" and owner.handle:
+            info = owner.handle[1]
+            return tuple(sorted(set(info.bindings) | set(info.lazy)))
+        model = self.class_model(owner) if owner.kind == "class" else None
+        if model is None:
+            return ()
+        names: set[str] = set()
+        for cls in self.mro(model)[0]:
+            for stmt in _class_body(cls.node.body):
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(stmt.name)
+                elif isinstance(stmt, ast.Assign):
+                    names.update(n for t in stmt.targets for n in _names(t))
+                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    names.add(stmt.target.id)
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and _self_name(stmt):
+                    self_name = _self_name(stmt)
+                    for sub in ast.walk(stmt):
+                        if (isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store)
+                                and isinstance(sub.value, ast.Name) and sub.value.id == self_name):
+                            names.add(sub.attr)
+        return tuple(sorted(names))
+
+    # ---- signatures and types -------------------------------------------------------------
+    def signature(self, obj: Found) -> Signature | Unresolved:
+        return self.callables.signature(obj)
+
+    def result_type(self, obj: Found) -> Lookup:
+        if obj.kind == "class":
+            return obj
+        if obj.kind in ("function", "method", "classmethod", "staticmethod", "property"):
+            node = obj.handle[2]
+            info = obj.handle[1] if obj.handle[0] == "def" else obj.handle[1].module
+            if node.returns is None:
+                return Unresolved(f"{obj.path} has no return annotation")
+            return self.annotation_class(info, node.returns)
+        return Unresolved(f"{obj.path} is a {obj.kind}; calling it is not understood statically")
+
+    def attribute_type(self, owner: Found, name: str) -> Lookup:
+        found = self.member(owner, name)
+        if not isinstance(found, Found):
+            return found
+        kind = found.handle[0] if found.handle else None
+        if found.kind == "property":
+            return self.result_type(found)
+        if kind == "classattr":
+            cls, stmt = found.handle[1], found.handle[2]
+            if isinstance(stmt, ast.AnnAssign):
+                return self.annotation_class(cls.module, stmt.annotation)
+            return self._value_class(cls.module, stmt.value, None)
+        if kind == "instattr":
+            cls, stmt, method = found.handle[1], found.handle[2], found.handle[3]
+            if isinstance(stmt, ast.AnnAssign):
+                return self.annotation_class(cls.module, stmt.annotation)
+            return self._value_class(cls.module, getattr(stmt, "value", None), method)
+        if found.kind == "class":
+            return found
+        return Unresolved(f"the type of {found.path} is not declared")
+
+    def _value_class(self, info: ModuleInfo, value: ast.expr | None, method: ast.AST | None) -> Lookup:
+        if isinstance(value, ast.Call):
+            callee = self.resolve_expr(info, value.func)
+            if isinstance(callee, Found):
+                return self.result_type(callee) if callee.kind != "external" else Unresolved(
+                    f"built by {callee.path}, outside the build")
+            return callee
+        if isinstance(value, ast.Name) and isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for arg in method.args.posonlyargs + method.args.args + method.args.kwonlyargs:
+                if arg.arg == value.id and arg.annotation is not None:
+                    return self.annotation_class(info, arg.annotation)
+        return Unresolved("the attribute's type is not declared")
+
+    def annotation_class(self, info: ModuleInfo, annotation: ast.expr) -> Lookup:
+        """The single class an annotation names (``X``, ``"X"``, ``X | None``, ``Optional[X]``)."""
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                annotation = ast.parse(annotation.value, mode="eval").body
+            except SyntaxError:
+                return Unresolved(f"unreadable annotation {annotation.value!r}")
+        if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+            options = [o for o in _union_members(annotation) if not _is_none(o)]
+            if len(options) == 1:
+                return self.annotation_class(info, options[0])
+            return Unresolved(f"annotation {ast.unparse(annotation)} names several types")
+        if isinstance(annotation, ast.Subscript):
+            head = ast.unparse(annotation.value).rsplit(".", 1)[-1]
+            if head == "Optional":
+                return self.annotation_class(info, annotation.slice)
+            if head in ("Annotated", "SkipValidation"):
+                inner = annotation.slice.elts[0] if isinstance(annotation.slice, ast.Tuple) else annotation.slice
+                return self.annotation_class(info, inner)
+            return Unresolved(f"annotation {ast.unparse(annotation)} is a container type")
+        found = self.resolve_expr(info, annotation, types=True)
+        if isinstance(found, Found) and found.kind not in ("class", "external"):
+            return Unresolved(f"annotation {ast.unparse(annotation)} is not a class")
+        return found
+
+    # ---- where names live ----------------------------------------------------------------
+    def definitions(self, name: str) -> tuple[str, ...]:
+        if self._definitions is None:
+            self._definitions = _definition_index(self.index.root, self.package)
+        return tuple(self._definitions.get(name, ()))
+
+
+def _definition_index(root: Path, package: str) -> dict[str, list[str]]:
+    """Top-level classes and functions of every module, read with a regex (fast, no parsing)."""
+    pattern = re.compile(rb"^(?:class|def|async def)\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
+    index: dict[str, list[str]] = {}
+    base = root / package
+    for path in sorted(base.rglob("*.py")):
+        rel = path.relative_to(root).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        module = ".".join(parts)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        for match in pattern.finditer(data):
+            index.setdefault(match.group(1).decode(), []).append(f"{module}.{match.group(1).decode()}")
+    return index
+
+
+def _class_body(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Statements of a class body, looking into ``if``/``try`` blocks (not TYPE_CHECKING)."""
+    out: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            if not (isinstance(stmt.test, ast.Name) and stmt.test.id == "TYPE_CHECKING"):
+                out.extend(_class_body(stmt.body))
+            out.extend(_class_body(stmt.orelse))
+        elif isinstance(stmt, ast.Try):
+            out.extend(_class_body(stmt.body + [s for h in stmt.handlers for s in h.body] + stmt.orelse))
+        else:
+            out.append(stmt)
+    return out
+
+
+def _self_name(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    params = node.args.posonlyargs + node.args.args
+    return params[0].arg if params else None
+
+
+def _method_kind(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    for deco in node.decorator_list:
+        name = ast.unparse(deco.func if isinstance(deco, ast.Call) else deco).rsplit(".", 1)[-1]
+        if name in ("property", "cached_property", "cached_property_with_name"):
+            return "property"
+        if name == "classmethod":
+            return "classmethod"
+        if name == "staticmethod":
+            return "staticmethod"
+        if name in ("setter", "getter", "deleter"):
+            return "property"
+    return "method"
+
+
+def _names(target: ast.expr) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for e in target.elts for n in _names(e)]
+    return []
+
+
+def _flatten(target: ast.expr) -> list[ast.expr]:
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [t for e in target.elts for t in _flatten(e)]
+    if isinstance(target, ast.Starred):
+        return _flatten(target.value)
+    return [target]
+
+
+def _union_members(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _union_members(node.left) + _union_members(node.right)
+    return [node]
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _c3_merge(sequences: list[list[ClassModel]]) -> list[ClassModel]:
+    result: list[ClassModel] = []
+    seqs = [list(s) for s in sequences if s]
+    while seqs:
+        for seq in seqs:
+            head = seq[0]
+            if not any(head in other[1:] for other in seqs):
+                break
+        else:
+            # Inconsistent hierarchy: fall back to depth-first order without duplicates.
+            for seq in seqs:
+                for item in seq:
+                    if item not in result:
+                        result.append(item)
+            return result
+        result.append(head)
+        seqs = [[c for c in s if c is not head] for s in seqs]
+        seqs = [s for s in seqs if s]
+    return result

@@ -1,0 +1,127 @@
+"""What the consumer scan produces: each place the consumer touches vLLM, and how."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from compat.guards import GuardExpr
+from compat.signature import CallShape
+
+
+class Kind(str, Enum):
+    IMPORT = "import"
+    CALL = "call"
+    ATTRIBUTE = "attribute"
+    RPC = "rpc"
+
+
+@dataclass(frozen=True)
+class Location:
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Ref:
+    """How the consumer obtained an object whose vLLM class the probes must work out.
+
+    ``symbol``: the vLLM object itself (a class, a module). ``call``: the result of calling
+    ``base``. ``attribute``: attribute ``name`` of ``base``.
+    """
+
+    kind: str
+    symbol: str | None = None
+    base: Ref | None = None
+    name: str | None = None
+
+    @staticmethod
+    def of_symbol(path: str) -> Ref:
+        return Ref("symbol", symbol=path)
+
+    def called(self) -> Ref:
+        return Ref("call", base=self)
+
+    def attr(self, name: str) -> Ref:
+        return Ref("attribute", base=self, name=name)
+
+    def render(self) -> str:
+        if self.kind == "worker":
+            return "<vLLM worker>"
+        if self.kind == "symbol":
+            return self.symbol or "?"
+        if self.kind == "call":
+            return f"{self.base.render() if self.base else '?'}(...)"
+        return f"{self.base.render() if self.base else '?'}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A condition the touchpoint's code runs under, and which branch it sits in."""
+
+    expr: GuardExpr
+    branch: bool
+    text: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """An import inside ``try`` whose ``except ImportError`` handler provides a fallback."""
+
+    location: Location
+    handler_imports: tuple[str, ...] = ()
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class TouchPoint:
+    kind: Kind
+    symbol: str
+    """Dotted vLLM path as the consumer names it; for attributes, the receiver rendered + name."""
+    location: Location
+    code: str = ""
+    call: CallShape | None = None
+    receiver: Ref | None = None
+    attribute: str | None = None
+    store: bool = False
+    rpc_method: str | None = None
+    guards: tuple[Guard, ...] = ()
+    fallback: Fallback | None = None
+    context: str = ""
+    note: str | None = None
+    """Why the scan could not resolve this touchpoint fully (kept, reported as unknown)."""
+
+
+@dataclass(frozen=True)
+class ScanProblem:
+    location: Location
+    message: str
+
+
+@dataclass(frozen=True)
+class ConsumerClass:
+    qualname: str
+    location: Location
+    methods: tuple[str, ...]
+    bases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scan:
+    name: str
+    version: str | None
+    origin: str
+    target: str
+    touchpoints: tuple[TouchPoint, ...]
+    problems: tuple[ScanProblem, ...] = ()
+    classes: tuple[ConsumerClass, ...] = ()
+    worker_extensions: tuple[tuple[str, Location], ...] = ()
+    written_for: str | None = None
+    """The target version the consumer pins in its metadata (``vllm==0.11.0``), when it does."""
+    files: int = field(default=0)
+    root: str = ""
+    """Directory the consumer locations are relative to."""

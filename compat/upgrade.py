@@ -1,0 +1,33 @@
+"""Upgrade mode: audit one consumer against two builds and keep only what changed between them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from compat.auditor import AuditResult, Auditor
+from compat.builds import open_build
+from compat.findings import Evidence
+
+
+def upgrade(auditor: Auditor, baseline: str, target: str | None) -> AuditResult:
+    options = auditor.options
+    scan = auditor.scan()
+    base = open_build(baseline, options.target)
+    new = open_build(target, options.target, options.vllm_version)
+    before = auditor.run(scan, base, written_for=None)
+    after = auditor.run(scan, new, written_for=base.surface)
+    previous = {f.key: f for f in before.findings}
+    changed = []
+    for finding in after.findings:
+        old = previous.get(finding.key)
+        if old is not None and old.status == finding.status and old.evidence.audited == finding.evidence.audited:
+            continue
+        was = old.status.value if old is not None else "absent"
+        evidence = Evidence(written_for=old.evidence.audited if old is not None else None,
+                            audited=finding.evidence.audited, written_for_build=base.surface.build.version,
+                            traceback=finding.evidence.traceback, extra=finding.evidence.extra)
+        message = finding.message if old is None or old.status == finding.status else (
+            f"{was} -> {finding.status.value}: {finding.message}")
+        changed.append(replace(finding, message=message, evidence=evidence))
+    notes = tuple(dict.fromkeys(before.notes + after.notes))
+    return AuditResult(scan, after.build, tuple(changed), None, notes, options.strict, base.surface.build, "upgrade")

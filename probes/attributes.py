@@ -1,0 +1,55 @@
+"""Attribute and method existence on objects whose vLLM class is known from where they were built."""
+
+from __future__ import annotations
+
+import difflib
+
+from compat.findings import Evidence, Finding, Status
+from compat.probe import Probe, ProbeContext
+from compat.surface import Found, Missing, Unresolved
+from compat.touchpoints import Kind, TouchPoint
+
+
+class AttributeProbe(Probe):
+    def check(self, ctx: ProbeContext, tp: TouchPoint) -> Finding | None:
+        assert tp.receiver is not None and tp.attribute is not None
+        owner = ctx.class_of(tp.receiver)
+        name = tp.attribute
+        if not isinstance(owner, Found):
+            status = Status.ERROR if isinstance(owner, Unresolved) and owner.traceback else Status.UNKNOWN
+            reason = owner.reason if not isinstance(owner, Missing) else f"the receiver does not exist ({owner.reason})"
+            return self.finding(tp, status, f"class of {tp.receiver.render()} unknown, '{name}' not checked: {reason}",
+                                evidence=Evidence(traceback=getattr(owner, "traceback", None)))
+        member = ctx.surface.member(owner, name)
+        before = None
+        if ctx.written_for is not None:
+            old_owner = ctx.class_of(tp.receiver, ctx.written_for)
+            if isinstance(old_owner, Found):
+                before = ctx.written_for.member(old_owner, name)
+        evidence = Evidence(written_for=ctx.where(before), audited=ctx.where(member),
+                            written_for_build=ctx.written_for.build.version if ctx.written_for else None)
+        label = f"{owner.path}.{name}"
+        if isinstance(member, Found):
+            what = "method" if tp.call is not None else member.kind
+            return self.finding(tp, Status.OK, f"{label} exists ({what})", ctx.where(member), evidence,
+                                symbol=label)
+        if isinstance(member, Unresolved):
+            return self.finding(tp, Status.UNKNOWN, f"cannot tell whether {label} exists: {member.reason}",
+                                ctx.where(owner), evidence, symbol=label)
+        names = ctx.surface.member_names(owner) if hasattr(ctx.surface, "member_names") else ()
+        close = difflib.get_close_matches(name, list(names), n=2, cutoff=0.6)
+        verb = "writes" if tp.store else ("calls" if tp.call is not None else "reads")
+        message = f"{owner.path} has no attribute '{name}' in this build (the consumer {verb} it)"
+        if tp.store:
+            message += "; the value is written but nothing in vLLM reads it"
+        fix = f"use {owner.path}.{close[0]}" if close else f"remove the use of '{name}'"
+        return self.finding(tp, Status.BROKEN, message, ctx.where(owner), evidence, fix=fix, symbol=label)
+
+
+PROBE = AttributeProbe(
+    name="attribute",
+    description="Attributes read or written and methods called on objects whose vLLM class is known (built by "
+                "the consumer, returned by annotated calls, or vLLM's worker seen from a worker extension) exist.",
+    kinds=(Kind.ATTRIBUTE,),
+    order=30,
+)

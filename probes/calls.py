@@ -1,0 +1,86 @@
+"""Call binding: each call's argument shape binds to the audited signature."""
+
+from __future__ import annotations
+
+from compat.findings import Evidence, Finding, Status
+from compat.probe import Probe, ProbeContext
+from compat.signature import BindProblem, Signature
+from compat.surface import Found, Surface, Unresolved
+from compat.touchpoints import Kind, Ref, TouchPoint
+
+
+def _fix(problem: BindProblem, sig: Signature) -> str:
+    if problem.code == "unexpected-keyword":
+        return f"drop `{problem.parameter}=` from the call (the callable no longer takes it)"
+    if problem.code == "missing-required":
+        param = sig.get(problem.parameter or "")
+        note = f" ({param.annotation})" if param and param.annotation else ""
+        return f"pass `{problem.parameter}=`{note}, which this vLLM requires"
+    if problem.code == "too-many-positional":
+        return "pass the arguments by keyword"
+    if problem.code == "positional-only-by-keyword":
+        return f"pass `{problem.parameter}` positionally"
+    return "pass each argument once"
+
+
+class CallProbe(Probe):
+    def applies(self, tp: TouchPoint) -> bool:
+        return tp.call is not None and tp.kind in (Kind.CALL, Kind.ATTRIBUTE)
+
+    def _callee(self, ctx: ProbeContext, tp: TouchPoint, surface: Surface):
+        if tp.kind == Kind.CALL:
+            return ctx.lookup(tp.symbol, surface)
+        assert tp.receiver is not None and tp.attribute is not None
+        return ctx.callee(Ref("attribute", base=tp.receiver, name=tp.attribute), surface)
+
+    def _signature(self, ctx: ProbeContext, tp: TouchPoint, surface: Surface | None):
+        if surface is None:
+            return None, None
+        callee = self._callee(ctx, tp, surface)
+        if not isinstance(callee, Found):
+            return callee, None
+        return callee, surface.signature(callee)
+
+    def check(self, ctx: ProbeContext, tp: TouchPoint) -> Finding | None:
+        assert tp.call is not None
+        callee, sig = self._signature(ctx, tp, ctx.surface)
+        _, old = self._signature(ctx, tp, ctx.written_for)
+        old_sig = old if isinstance(old, Signature) else None
+        name = tp.symbol.rsplit(".", 1)[-1] + "()"
+        evidence = Evidence(written_for=old_sig.render() if old_sig else None,
+                            audited=sig.render() if isinstance(sig, Signature) else None,
+                            written_for_build=ctx.written_for.build.version if ctx.written_for else None)
+        if not isinstance(callee, Found):
+            status = Status.ERROR if isinstance(callee, Unresolved) and callee.traceback else (
+                Status.UNKNOWN if isinstance(callee, Unresolved) else Status.BROKEN)
+            return self.finding(tp, status, f"cannot bind {name}: {callee.reason}", None,
+                                Evidence(evidence.written_for, None, evidence.written_for_build,
+                                         traceback=getattr(callee, "traceback", None)))
+        where = ctx.where(callee)
+        if isinstance(sig, Unresolved):
+            return self.finding(tp, Status.UNKNOWN, f"signature of {callee.path} unknown: {sig.reason}", where,
+                                evidence)
+        assert isinstance(sig, Signature)
+        problems = sig.bind(tp.call, name)
+        if problems:
+            message = "; ".join(p.message for p in problems)
+            fix = "; ".join(_fix(p, sig) for p in problems)
+            return self.finding(tp, Status.BROKEN, message, where, evidence, fix=fix)
+        if old_sig is not None and tp.call.positional:
+            before, after = old_sig.positional_targets(tp.call), sig.positional_targets(tp.call)
+            if before != after:
+                shifts = [f"argument {i + 1} now binds to '{a}' (was '{b}')"
+                          for i, (b, a) in enumerate(zip(before, after)) if a != b]
+                return self.finding(tp, Status.CHANGED, f"{name} binds, but positionally shifted: "
+                                    + "; ".join(shifts), where, evidence, fix="pass the arguments by keyword")
+        shape = tp.call.render()
+        return self.finding(tp, Status.OK, f"{name} binds {shape}", where, evidence)
+
+
+PROBE = CallProbe(
+    name="call",
+    description="Each call of a vLLM callable binds to the audited signature: removed or renamed keywords, new "
+                "required parameters, positional shifts, keyword-only changes.",
+    kinds=(Kind.CALL, Kind.ATTRIBUTE),
+    order=20,
+)

@@ -1,0 +1,70 @@
+"""Worker RPC: methods the consumer asks workers to run by name exist on vLLM's worker or its extension."""
+
+from __future__ import annotations
+
+from compat.findings import Evidence, Finding, Status
+from compat.probe import Probe, ProbeContext
+from compat.surface import Found, Unresolved
+from compat.touchpoints import ConsumerClass, Kind, TouchPoint
+
+
+def _extension_classes(ctx: ProbeContext) -> list[ConsumerClass]:
+    wanted = {name for name, _ in ctx.scan.worker_extensions}
+    return [c for c in ctx.scan.classes if c.qualname in wanted]
+
+
+def _consumer_methods(ctx: ProbeContext, cls: ConsumerClass) -> dict[str, ConsumerClass]:
+    by_name = {c.qualname: c for c in ctx.scan.classes}
+    found: dict[str, ConsumerClass] = {}
+    stack, seen = [cls], set()
+    while stack:
+        current = stack.pop(0)
+        if current.qualname in seen:
+            continue
+        seen.add(current.qualname)
+        for method in current.methods:
+            found.setdefault(method, current)
+        stack.extend(by_name[b] for b in current.bases if b in by_name)
+    return found
+
+
+class RpcProbe(Probe):
+    def check(self, ctx: ProbeContext, tp: TouchPoint) -> Finding | None:
+        name = tp.rpc_method or "?"
+        if tp.note:
+            return self.finding(tp, Status.UNKNOWN, tp.note)
+        for cls in _extension_classes(ctx):
+            owner = _consumer_methods(ctx, cls).get(name)
+            if owner is not None:
+                return self.finding(tp, Status.OK,
+                                    f"worker method '{name}' is provided by the consumer's worker extension "
+                                    f"{cls.qualname}", None,
+                                    Evidence(extra=(("provided_by", f"{owner.qualname} ({owner.location})"),)),
+                                    symbol=f"{cls.qualname}.{name}")
+        worker = ctx.lookup(ctx.worker_class)
+        if not isinstance(worker, Found):
+            return self.finding(tp, Status.UNKNOWN, f"vLLM's worker class {ctx.worker_class} cannot be read: "
+                                f"{worker.reason}", symbol=f"{ctx.worker_class}.{name}")
+        member = ctx.surface.member(worker, name)
+        label = f"{worker.path}.{name}"
+        if isinstance(member, Found):
+            return self.finding(tp, Status.OK, f"worker method '{name}' exists on {worker.path}", ctx.where(member),
+                                Evidence(audited=ctx.where(member)), symbol=label)
+        extensions = ", ".join(c for c, _ in ctx.scan.worker_extensions) or "none declared"
+        if isinstance(member, Unresolved):
+            return self.finding(tp, Status.UNKNOWN, f"cannot tell whether workers have '{name}': {member.reason}",
+                                ctx.where(worker), symbol=label)
+        return self.finding(tp, Status.BROKEN,
+                            f"workers have no method '{name}': not on {worker.path} (or its bases) and not on the "
+                            f"consumer's worker extension ({extensions})", ctx.where(worker),
+                            fix=f"define '{name}' on the worker extension or call the method vLLM provides now",
+                            symbol=label)
+
+
+PROBE = RpcProbe(
+    name="rpc",
+    description="Methods the consumer asks workers to run by name (collective_rpc(\"...\")) exist on vLLM's worker "
+                "class or on the consumer's worker extension (ParallelConfig(worker_extension_cls=...)).",
+    kinds=(Kind.RPC,),
+    order=40,
+)
