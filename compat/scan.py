@@ -66,7 +66,15 @@ class Local:
     qualname: str
 
 
-Value = Sym | Obj | SelfOf | Local | VersionValue | Lit | GuardExpr | None
+@dataclass(frozen=True)
+class Either:
+    """A name bound by an import and by its ``except ImportError`` fallback: which one depends on the build."""
+
+    options: tuple[tuple[Sym, GuardExpr, str], ...]
+    location: Location
+
+
+Value = Sym | Obj | SelfOf | Local | VersionValue | Lit | GuardExpr | Either | None
 
 
 @dataclass
@@ -220,30 +228,51 @@ class _FileScanner(ast.NodeVisitor):
 
     def visit_Try(self, node: ast.Try) -> None:
         catches = [h for h in node.handlers if self._catches_import_error(h)]
-        outer = self.fallback
-        if catches:
-            handler = catches[0]
-            provided = tuple(sorted({a.asname or a.name for s in ast.walk(ast.Module(handler.body, []))
-                                     if isinstance(s, (ast.Import, ast.ImportFrom)) for a in s.names}))
-            self.fallback = Fallback(self.loc(handler), provided, self.code(handler))
-            mark = len(self.scan.touchpoints)
-            self.visit_block(node.body)
-            self.fallback = outer
-            primary = tuple(tp.symbol for tp in self.scan.touchpoints[mark:] if tp.kind == Kind.IMPORT)
-            for h in node.handlers:
-                if h in catches and primary:
-                    self.guards.append(Guard(Not(Imports(primary)), True,
-                                             f"import of {', '.join(primary)} fails", self.loc(h)))
-                    self.visit_block(h.body)
-                    self.guards.pop()
-                else:
-                    self.visit_block(h.body)
-        else:
+        primary = self._imported_symbols(node.body)
+        if not (catches and primary):
             self.visit_block(node.body)
             for h in node.handlers:
                 self.visit_block(h.body)
+            self.visit_block(node.orelse)
+            self.visit_block(node.finalbody)
+            return
+        handler = catches[0]
+        provided = tuple(sorted({a.asname or a.name for s in ast.walk(ast.Module(handler.body, []))
+                                 if isinstance(s, (ast.Import, ast.ImportFrom)) for a in s.names}))
+        outer = self.fallback
+        self.fallback = Fallback(self.loc(handler), provided, self.code(handler))
+        self.visit_block(node.body)
+        self.fallback = outer
+        taken = Imports(primary)
+        first = dict(self.scopes[-1].names)
+        for h in node.handlers:
+            if h not in catches:
+                self.visit_block(h.body)
+                continue
+            self.guards.append(Guard(Not(taken), True, f"import of {', '.join(primary)} fails", self.loc(h)))
+            self.visit_block(h.body)
+            self.guards.pop()
+        # A name bound both by the import and by its fallback is one or the other, depending on the build.
+        names = self.scopes[-1].names
+        for name, value in list(names.items()):
+            before = first.get(name)
+            if before is not None and value is not before and isinstance(value, Sym) and isinstance(before, Sym):
+                names[name] = Either(((before, taken, f"import of {', '.join(primary)} succeeds"),
+                                      (value, Not(taken), f"import of {', '.join(primary)} fails")),
+                                     self.loc(handler))
         self.visit_block(node.orelse)
         self.visit_block(node.finalbody)
+
+    def _imported_symbols(self, body: list[ast.stmt]) -> tuple[str, ...]:
+        found: list[str] = []
+        for stmt in body:
+            if isinstance(stmt, ast.ImportFrom):
+                module = self._absolute(stmt)
+                if module and self.is_target(module):
+                    found += [f"{module}.{a.name}" for a in stmt.names if a.name != "*"]
+            elif isinstance(stmt, ast.Import):
+                found += [a.name for a in stmt.names if self.is_target(a.name)]
+        return tuple(found)
 
     visit_TryStar = visit_Try
 
@@ -511,7 +540,15 @@ class _FileScanner(ast.NodeVisitor):
                 result = self.local_call_result(value)
         else:
             value = self.eval(func, record)
-            if isinstance(value, Sym):
+            if isinstance(value, Either):
+                for option, expr, text in value.options:
+                    self.guards.append(Guard(expr, True, text, value.location))
+                    if record:
+                        self.add(TouchPoint(Kind.CALL, option.path, self.loc(node), self.code(node), call=shape,
+                                            guards=tuple(self.guards), context=self.context()))
+                    self.guards.pop()
+                result = None
+            elif isinstance(value, Sym):
                 if record:
                     self.add(TouchPoint(Kind.CALL, value.path, self.loc(node), self.code(node), call=shape,
                                         guards=tuple(self.guards), context=self.context()))
