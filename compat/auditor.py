@@ -113,6 +113,10 @@ class Auditor:
             findings.append(Finding("scan", Status.ERROR, str(problem.location), str(problem.location), None,
                                     problem.message, fix="fix the file's syntax; the rest was audited"))
         findings.extend(run_probes(ctx))
+        for used in (surface, reference):
+            save = getattr(used, "save", None)
+            if save is not None:
+                save()
         if self.options.allow is not None:
             findings = allowlist.apply(findings, allowlist.load(self.options.allow))
         findings.sort(key=lambda f: (f.status.rank, f.consumer_location or "", f.probe))

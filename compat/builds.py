@@ -11,6 +11,7 @@ from compat import sources
 from compat.errors import CompatError
 from compat.surface import BuildInfo, Surface
 from compat.surface.runtime import RuntimeSurface, VllmImportError, installed_root
+from compat.surface.cached import CachedSurface
 from compat.surface.static import StaticSurface
 
 
@@ -36,11 +37,13 @@ def tree_version(root: Path, package: str) -> str | None:
     return None
 
 
-def static_surface(tree: sources.SourceTree, package: str) -> StaticSurface:
+def static_surface(tree: sources.SourceTree, package: str) -> CachedSurface:
+    """A static reading of ``tree`` whose answers persist in the cache (a warm audit parses nothing)."""
     if not (tree.root / package / "__init__.py").exists():
         raise CompatError(f"{tree.origin}: no '{package}' package found under {tree.root}")
     version = tree.version or tree_version(tree.root, package)
-    return StaticSurface(tree.root, BuildInfo(package, version, tree.origin, "static", str(tree.root)), package)
+    build = BuildInfo(package, version, tree.origin, "static", str(tree.root))
+    return CachedSurface(StaticSurface(tree.root, build, package))
 
 
 def open_build(spec: str | None, package: str = "vllm", version_override: str | None = None) -> OpenedBuild:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from compat.auditor import AuditResult, Auditor
@@ -20,7 +21,7 @@ def upgrade(auditor: Auditor, baseline: str, target: str | None) -> AuditResult:
     changed = []
     for finding in after.findings:
         old = previous.get(finding.key)
-        if old is not None and old.status == finding.status and old.evidence.audited == finding.evidence.audited:
+        if old is not None and old.status == finding.status and _same(old.evidence.audited, finding.evidence.audited):
             continue
         was = old.status.value if old is not None else "absent"
         evidence = Evidence(written_for=old.evidence.audited if old is not None else None,
@@ -31,3 +32,9 @@ def upgrade(auditor: Auditor, baseline: str, target: str | None) -> AuditResult:
         changed.append(replace(finding, message=message, evidence=evidence))
     notes = tuple(dict.fromkeys(before.notes + after.notes))
     return AuditResult(scan, after.build, tuple(changed), None, notes, options.strict, base.surface.build, "upgrade")
+
+
+def _same(before: str | None, after: str | None) -> bool:
+    """Equal evidence, ignoring line numbers: code that only moved within a file has not changed."""
+    strip = re.compile(r":\d+\b")
+    return strip.sub("", before or "") == strip.sub("", after or "")

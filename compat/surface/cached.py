@@ -1,0 +1,145 @@
+"""A persistent memo of a static surface's answers, so a warm audit parses nothing.
+
+Every question the probes ask (lookup, member, signature, types, definitions) is stored with its
+answer, per build, in the cache directory. The files the answers were read from are recorded with
+their size and mtime; when any of them changed (a source checkout moved on), the memo is dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from compat.cache import atomic_write_text, cache_dir
+from compat.signature import Parameter, ParamKind, Signature
+from compat.surface import BuildInfo, Found, Lookup, Missing, Unresolved
+from compat.surface.static import StaticSurface
+from compat.touchpoints import Location
+
+FORMAT = 3
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Found):
+        loc = [value.location.file, value.location.line] if value.location else None
+        return {"t": "found", "path": value.path, "kind": value.kind, "loc": loc}
+    if isinstance(value, Missing):
+        return {"t": "missing", "reason": value.reason, "elsewhere": list(value.elsewhere)}
+    if isinstance(value, Unresolved):
+        return {"t": "unresolved", "reason": value.reason, "traceback": value.traceback}
+    if isinstance(value, Signature):
+        return {"t": "sig", "returns": value.returns,
+                "params": [[p.name, p.kind.value, p.has_default, p.default, p.annotation] for p in value.parameters]}
+    if isinstance(value, tuple):
+        return {"t": "tuple", "items": list(value)}
+    raise TypeError(f"cannot cache {type(value).__name__}")
+
+
+def _decode(data: Any) -> Any:
+    kind = data["t"]
+    if kind == "found":
+        loc = Location(*data["loc"]) if data["loc"] else None
+        return Found(data["path"], data["kind"], loc)
+    if kind == "missing":
+        return Missing(data["reason"], tuple(data["elsewhere"]))
+    if kind == "unresolved":
+        return Unresolved(data["reason"], data["traceback"])
+    if kind == "sig":
+        params = tuple(Parameter(n, ParamKind(k), d, dv, a) for n, k, d, dv, a in data["params"])
+        return Signature(params, data["returns"])
+    return tuple(data["items"])
+
+
+def _owner_key(owner: Found) -> str:
+    return f"{owner.kind}:{owner.path}"
+
+
+class CachedSurface:
+    """Answers from the memo when it has them, from the static reading (parsing on demand) when not."""
+
+    def __init__(self, inner: StaticSurface) -> None:
+        self.inner = inner
+        self.build: BuildInfo = inner.build
+        digest = hashlib.sha256(f"{FORMAT}:{inner.index.root.resolve()}:{inner.package}".encode()).hexdigest()[:24]
+        self.path = cache_dir() / "surfaces" / f"{digest}.json"
+        self.memo: dict[str, Any] = {}
+        self.files: dict[str, list[int]] = {}
+        self.dirty = False
+        self._load()
+
+    # ---- persistence ---------------------------------------------------------------------
+    def _load(self) -> None:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return
+        for file, (size, mtime) in data.get("files", {}).items():
+            try:
+                stat = os.stat(file)
+            except OSError:
+                return
+            if stat.st_size != size or stat.st_mtime_ns != mtime:
+                return
+        self.memo, self.files = data.get("memo", {}), data.get("files", {})
+
+    def save(self) -> None:
+        for path in self.inner.index.parsed_files:
+            if str(path) not in self.files:
+                stat = os.stat(path)
+                self.files[str(path)] = [stat.st_size, stat.st_mtime_ns]
+                self.dirty = True
+        if self.dirty:
+            atomic_write_text(self.path, json.dumps({"format": FORMAT, "files": self.files, "memo": self.memo}))
+            self.dirty = False
+
+    # ---- memo ----------------------------------------------------------------------------
+    def _ask(self, key: str, compute) -> Any:
+        if key in self.memo:
+            return _decode(self.memo[key])
+        value = compute()
+        self.memo[key] = _encode(value)
+        self.dirty = True
+        return value
+
+    def _live(self, found: Found) -> Lookup:
+        """A Found from the memo carries no parse tree; read it again when a question needs one."""
+        if found.handle is not None or found.kind == "external":
+            return found
+        return self.inner.lookup(found.path)
+
+    def _with_live(self, found: Found, method, *args) -> Any:
+        live = self._live(found)
+        if not isinstance(live, Found):
+            return live
+        return method(live, *args)
+
+    # ---- the Surface protocol ------------------------------------------------------------
+    def lookup(self, path: str) -> Lookup:
+        return self._ask(f"lookup|{path}", lambda: self.inner.lookup(path))
+
+    def member(self, owner: Found, name: str) -> Lookup:
+        return self._ask(f"member|{_owner_key(owner)}|{name}",
+                         lambda: self._with_live(owner, self.inner.member, name))
+
+    def signature(self, obj: Found) -> Signature | Unresolved:
+        return self._ask(f"signature|{_owner_key(obj)}", lambda: self._with_live(obj, self.inner.signature))
+
+    def result_type(self, obj: Found) -> Lookup:
+        return self._ask(f"result|{_owner_key(obj)}", lambda: self._with_live(obj, self.inner.result_type))
+
+    def attribute_type(self, owner: Found, name: str) -> Lookup:
+        return self._ask(f"attrtype|{_owner_key(owner)}|{name}",
+                         lambda: self._with_live(owner, self.inner.attribute_type, name))
+
+    def member_names(self, owner: Found) -> tuple[str, ...]:
+        def compute() -> tuple[str, ...]:
+            live = self._live(owner)
+            return self.inner.member_names(live) if isinstance(live, Found) else ()
+
+        return self._ask(f"names|{_owner_key(owner)}", compute)
+
+    def definitions(self, name: str) -> tuple[str, ...]:
+        return self._ask(f"defs|{name}", lambda: self.inner.definitions(name))
+
