@@ -12,7 +12,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from compat.auditor import DEFAULT_CONSUMER, AuditOptions, AuditResult, Auditor
+from compat.auditor import DEFAULT_CONSUMER, AuditOptions, Auditor, AuditResult
 from compat.cache import atomic_write_text
 from compat.errors import CompatError
 from compat.probe import DEFAULT_WORKER_CLASS

@@ -10,8 +10,8 @@ from pathlib import Path
 from compat import sources
 from compat.errors import CompatError
 from compat.surface import BuildInfo, Surface
-from compat.surface.runtime import RuntimeSurface, VllmImportError, installed_root
 from compat.surface.cached import CachedSurface
+from compat.surface.runtime import RuntimeSurface, VllmImportError, installed_root
 from compat.surface.static import StaticSurface
 
 

@@ -156,3 +156,26 @@ class Signature:
         positional = [p.name for p in self.parameters
                       if p.kind in (ParamKind.POSITIONAL_ONLY, ParamKind.POSITIONAL_OR_KEYWORD)]
         return tuple(positional[: call.positional])
+
+
+def diff(old: Signature, new: Signature) -> list[str]:
+    """What changed between two signatures, one short phrase per parameter."""
+    changes: list[str] = []
+    for param in old.parameters:
+        after = new.get(param.name)
+        if after is None:
+            changes.append(f"-{param.name}")
+        elif after.kind != param.kind:
+            changes.append(f"~{param.name}: {param.kind.value.lower()} -> {after.kind.value.lower()}")
+        elif after.required and not param.required:
+            changes.append(f"~{param.name}: now required")
+        elif param.required and not after.required:
+            changes.append(f"~{param.name}: now optional")
+    for param in new.parameters:
+        if old.get(param.name) is None:
+            changes.append(f"+{param.name}" + (" (required)" if param.required else ""))
+    old_order = [p.name for p in old.parameters if new.get(p.name)]
+    new_order = [p.name for p in new.parameters if old.get(p.name)]
+    if old_order != new_order:
+        changes.append("order changed")
+    return changes

@@ -202,8 +202,9 @@ def tree_from_installed(distribution: str) -> SourceTree:
     if not files:
         raise CompatError(f"installed distribution '{distribution}' has no Python files")
     root = Path(str(dist.locate_file("")))
-    return SourceTree(root, dist.metadata["Name"], dist.version, f"installed distribution {distribution} {dist.version}",
-                      tuple(dist.requires or ()), tuple(sorted(files)))
+    origin = f"installed distribution {distribution} {dist.version}"
+    return SourceTree(root, dist.metadata["Name"], dist.version, origin, tuple(dist.requires or ()),
+                      tuple(sorted(files)))
 
 
 def tree_from_path(path: Path, package: str | None = None) -> SourceTree:

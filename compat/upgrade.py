@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from compat.auditor import AuditResult, Auditor
+from compat.auditor import Auditor, AuditResult
 from compat.builds import open_build
 from compat.findings import Evidence
 

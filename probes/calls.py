@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
-from compat.signature import BindProblem, Signature
+from compat.signature import BindProblem, Signature, diff
 from compat.surface import Found, Surface, Unresolved
 from compat.touchpoints import Kind, Ref, TouchPoint
 
@@ -47,9 +47,11 @@ class CallProbe(Probe):
         _, old = self._signature(ctx, tp, ctx.written_for)
         old_sig = old if isinstance(old, Signature) else None
         name = tp.symbol.rsplit(".", 1)[-1] + "()"
+        changes = diff(old_sig, sig) if old_sig is not None and isinstance(sig, Signature) else []
         evidence = Evidence(written_for=old_sig.render() if old_sig else None,
                             audited=sig.render() if isinstance(sig, Signature) else None,
-                            written_for_build=ctx.written_for.build.version if ctx.written_for else None)
+                            written_for_build=ctx.written_for.build.version if ctx.written_for else None,
+                            extra=(("changes", ", ".join(changes)),) if changes else ())
         if not isinstance(callee, Found):
             status = Status.ERROR if isinstance(callee, Unresolved) and callee.traceback else (
                 Status.UNKNOWN if isinstance(callee, Unresolved) else Status.BROKEN)

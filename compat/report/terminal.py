@@ -41,10 +41,15 @@ def render(result: AuditResult, color: bool = False, show_ok: bool = False) -> s
         if f.symbol:
             lines.append(" " * 19 + f"symbol: {f.symbol}" + (f"  ({f.vllm_location})" if f.vllm_location else ""))
         if f.status is not Status.OK:
-            if f.evidence.written_for and f.evidence.written_for != f.evidence.audited:
-                lines.append(" " * 19 + f"was    : {f.evidence.written_for}  [vLLM {f.evidence.written_for_build}]")
-            if f.evidence.audited:
-                lines.append(" " * 19 + f"now    : {f.evidence.audited}")
+            changes = dict(f.evidence.extra).get("changes")
+            long = len(f.evidence.written_for or "") + len(f.evidence.audited or "") > 2 * width
+            if changes and long:
+                lines.append(" " * 19 + f"changed: {changes}  [since vLLM {f.evidence.written_for_build}]")
+            else:
+                if f.evidence.written_for and f.evidence.written_for != f.evidence.audited:
+                    lines.append(" " * 19 + f"was    : {f.evidence.written_for}  [vLLM {f.evidence.written_for_build}]")
+                if f.evidence.audited:
+                    lines.append(" " * 19 + f"now    : {f.evidence.audited}")
             if f.fix:
                 lines.append(" " * 19 + f"fix    : {f.fix}")
             if f.evidence.traceback:
