@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import importlib.metadata
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from compat import allowlist, sources
+from compat import __version__, allowlist, sources
 from compat.builds import OpenedBuild, open_build
 from compat.errors import CompatError
 from compat.findings import Evidence, Finding, Status
 from compat.guards import GuardExpr, HasAttr, Imports, evaluate, render
 from compat.probe import DEFAULT_WORKER_CLASS, Probe, ProbeContext
+from compat.report import build_label
 from compat.scan import scan_tree
 from compat.surface import BuildInfo, Found, Lookup, Missing, Surface
 from compat.touchpoints import Scan, TouchPoint
@@ -67,6 +68,45 @@ class AuditResult:
     @property
     def exit_code(self) -> int:
         return 1 if self.failing() else 0
+
+    tool = "vllm-compat"
+
+    @property
+    def source_root(self) -> str:
+        return self.scan.root
+
+    def title(self) -> str:
+        title = f"{self.scan.name} {self.scan.version or ''}".rstrip() + f" against {build_label(self.build)}"
+        return title + (f" (upgrade from {self.baseline.version})" if self.baseline else "")
+
+    def facts(self) -> list[tuple[str, str]]:
+        scan = self.scan
+        facts = [("consumer", f"{scan.name} {scan.version or ''} ({scan.origin})".replace("  ", " ")),
+                 ("vLLM", f"{build_label(self.build)} - {self.build.origin}")]
+        if self.baseline:
+            facts.append(("baseline", f"{build_label(self.baseline)} - {self.baseline.origin}; only what changed "
+                                      "between the two builds is listed"))
+        elif self.written_for:
+            facts.append(("written for", f"{build_label(self.written_for)} (evidence shows its signatures)"))
+        facts += [("note", n) for n in self.notes]
+        facts.append(("scanned", f"{scan.files} files, {len(scan.touchpoints)} touchpoints"))
+        return facts
+
+    def as_json(self) -> dict:
+        scan = self.scan
+        return {
+            "schema": SCHEMA,
+            "generated_by": f"compat {__version__}",
+            "mode": self.mode,
+            "consumer": {"name": scan.name, "version": scan.version, "origin": scan.origin, "files": scan.files,
+                         "touchpoints": len(scan.touchpoints), "written_for": scan.written_for},
+            "vllm": asdict(self.build),
+            "baseline": asdict(self.baseline) if self.baseline else None,
+            "written_for": asdict(self.written_for) if self.written_for else None,
+            "notes": list(self.notes),
+            "summary": {**self.counts(), "exit_code": self.exit_code, "strict": self.strict},
+            "findings": [f.as_dict() | {"touchpoint": f.touchpoint} for f in self.findings],
+        }
 
 
 def open_consumer(spec: str, target: str = "vllm") -> sources.SourceTree:

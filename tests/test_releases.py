@@ -163,3 +163,42 @@ def test_guarded_consumer_has_no_false_alarms(tmp_path, build, version):
     assert skipped, "the branches this build does not take are judged as not taken"
     optional = [f for f in result.findings if f.message.startswith("optional import")]
     assert bool(optional) == (Version(version) < Version("0.33.0"))
+
+
+def _verdicts(result):
+    return {(f.probe, f.touchpoint, f.consumer_location, f.status) for f in result.findings}
+
+
+def test_sdist_file_and_source_directory_read_like_the_release(audit, build):
+    from compat import index, sources
+
+    version = index.resolve("vllm", "0.12.0")
+    archive = index.download(index.choose_file("vllm", version))
+    tree = sources.tree_from_release("vllm", "0.12.0")
+    expected = _verdicts(audit("0.12.0"))
+    from_archive = audit(str(archive))
+    from_directory = audit(str(tree.root))
+    assert _verdicts(from_archive) == expected == _verdicts(from_directory)
+    assert from_archive.build.version == from_directory.build.version == "0.12.0"  # read from vllm/_version.py
+
+
+def test_git_checkout_version_comes_from_its_tags(tmp_path):
+    import subprocess
+
+    from compat.sources import tree_from_path
+
+    package = tmp_path / "checkout" / "vllm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(package.parent), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "a")
+    git("tag", "v0.20.0")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "b")
+    version = tree_from_path(package.parent, "vllm").version
+    assert version.startswith("0.20.0.post1+g")
+    assert Version(version) > Version("0.20.0") and Version(version) < Version("0.20.1")

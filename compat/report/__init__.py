@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from compat.auditor import AuditResult
+from compat.findings import Finding
 
 
 class Format(str, Enum):
@@ -17,7 +16,31 @@ class Format(str, Enum):
     GITHUB = "github"
 
 
-def render(result: AuditResult, fmt: Format, color: bool = False, show_ok: bool = False) -> str:
+class Reportable(Protocol):
+    """What a renderer needs of a result (the audit's, the gate's): findings and a few words about them."""
+
+    findings: tuple[Finding, ...]
+    tool: str
+    """Names the tool in report titles: 'vllm-compat', 'compat.gate'."""
+    source_root: str
+    """Directory the findings' consumer locations are relative to."""
+
+    def counts(self) -> dict[str, int]: ...
+
+    def failing(self) -> list[Finding]: ...
+
+    @property
+    def exit_code(self) -> int: ...
+
+    def title(self) -> str: ...
+
+    def facts(self) -> list[tuple[str, str]]:
+        """(label, text) lines shown above the findings."""
+
+    def as_json(self) -> dict[str, Any]: ...
+
+
+def render(result: Reportable, fmt: Format, color: bool = False, show_ok: bool = False) -> str:
     from compat.report import github, json_report, junit, markdown, terminal
 
     if fmt is Format.TERMINAL:

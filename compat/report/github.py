@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from compat.findings import Status
 
 if TYPE_CHECKING:
-    from compat.auditor import AuditResult
+    from compat.report import Reportable
 
 
 def _escape(text: str, prop: bool = False) -> str:
@@ -17,23 +17,23 @@ def _escape(text: str, prop: bool = False) -> str:
     return text.replace(":", "%3A").replace(",", "%2C") if prop else text
 
 
-def _file(result: AuditResult, relpath: str) -> str:
+def _file(result: Reportable, relpath: str) -> str:
     """Annotations need paths relative to the workspace: map the consumer's files there when possible."""
-    absolute = Path(result.scan.root) / relpath
+    absolute = Path(result.source_root) / relpath
     try:
         return os.path.relpath(absolute, Path.cwd()) if absolute.is_relative_to(Path.cwd()) else relpath
     except ValueError:
         return relpath
 
 
-def render(result: AuditResult) -> str:
+def render(result: Reportable) -> str:
     failing = set(map(id, result.failing()))
     lines = []
     for f in result.findings:
         if f.status is Status.OK:
             continue
         level = "error" if id(f) in failing else ("notice" if f.allowed else "warning")
-        props = [f"title={_escape(f'vllm-compat {f.probe}: {f.status.value}', True)}"]
+        props = [f"title={_escape(f'{result.tool} {f.probe}: {f.status.value}', True)}"]
         if f.consumer_location and ":" in f.consumer_location:
             file, _, line = f.consumer_location.rpartition(":")
             props = [f"file={_escape(_file(result, file), True)}", f"line={line}"] + props
@@ -42,6 +42,6 @@ def render(result: AuditResult) -> str:
             message += f"\nnow: {f.evidence.audited}"
         lines.append(f"::{level} {','.join(props)}::{_escape(message)}")
     counts = result.counts()
-    lines.append(f"::notice title=vllm-compat::{result.build.name} {result.build.version}: "
+    lines.append(f"::notice title={result.tool}::{_escape(result.title())}: "
                  + ", ".join(f"{counts[s.value]} {s.value}" for s in Status))
     return "\n".join(lines) + "\n"

@@ -8,18 +8,17 @@ from xml.etree import ElementTree as ET
 from compat.findings import Status
 
 if TYPE_CHECKING:
-    from compat.auditor import AuditResult
+    from compat.report import Reportable
 
 
-def render(result: AuditResult) -> str:
+def render(result: Reportable) -> str:
     failing = set(map(id, result.failing()))
-    suite = ET.Element("testsuite", name=f"vllm-compat {result.scan.name} vs {result.build.name} "
-                                         f"{result.build.version}")
+    suite = ET.Element("testsuite", name=f"{result.tool} {result.title()}")
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for f in result.findings:
         counts["tests"] += 1
         name = f"{f.touchpoint or f.symbol} @ {f.consumer_location or '-'}"
-        case = ET.SubElement(suite, "testcase", classname=f"compat.{f.probe}", name=name)
+        case = ET.SubElement(suite, "testcase", classname=f"{result.tool}.{f.probe}", name=name)
         if f.consumer_location and ":" in f.consumer_location:
             file, _, line = f.consumer_location.rpartition(":")
             case.set("file", file)

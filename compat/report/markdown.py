@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from compat.findings import Status
-from compat.report import build_label
 
 if TYPE_CHECKING:
-    from compat.auditor import AuditResult
+    from compat.report import Reportable
 
 _ICON = {Status.OK: "✅", Status.BROKEN: "❌", Status.CHANGED: "⚠️", Status.UNKNOWN: "❔", Status.ERROR: "💥"}
 
@@ -21,28 +20,19 @@ def _code(text: str | None) -> str:
     return f"`{_cell(text)}`" if text else ""
 
 
-def render(result: AuditResult, show_ok: bool = False) -> str:
-    scan = result.scan
+def render(result: Reportable, show_ok: bool = False) -> str:
     counts = result.counts()
-    verdict = "❌ incompatible" if result.exit_code else "✅ compatible"
-    out = [f"## vLLM compatibility: {scan.name} {scan.version or ''} against {build_label(result.build)} — {verdict}",
-           ""]
-    if result.baseline:
-        out.append(f"Upgrade from **{build_label(result.baseline)}**: only what changed between the two builds.")
-        out.append("")
+    verdict = "❌ fail" if result.exit_code else "✅ pass"
+    out = [f"## {result.tool}: {result.title()} — {verdict}", ""]
     out.append("| " + " | ".join(s.value for s in Status) + " | allowed |")
     out.append("|" + "---|" * (len(Status) + 1))
     out.append("| " + " | ".join(str(counts[s.value]) for s in Status) + f" | {counts['allowed']} |")
     out.append("")
-    out.append(f"- consumer: {_cell(scan.origin)} ({scan.files} files, {len(scan.touchpoints)} touchpoints)")
-    out.append(f"- vLLM: {_cell(result.build.origin)}")
-    if result.written_for and not result.baseline:
-        out.append(f"- written for: {build_label(result.written_for)}")
-    out += [f"- note: {_cell(n)}" for n in result.notes]
+    out += [f"- {label}: {_cell(text)}" for label, text in result.facts()]
     out.append("")
     problems = [f for f in result.findings if f.status is not Status.OK]
     if problems:
-        out.append("| | probe | consumer | vLLM | message | fix |")
+        out.append("| | probe | where | vLLM | message | fix |")
         out.append("|---|---|---|---|---|---|")
         for f in problems:
             allowed = f" _(allowed: {_cell(f.allowed)})_" if f.allowed else ""

@@ -7,10 +7,9 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from compat.findings import Status
-from compat.report import build_label
 
 if TYPE_CHECKING:
-    from compat.auditor import AuditResult
+    from compat.report import Reportable
 
 _COLORS = {Status.OK: "32", Status.BROKEN: "31;1", Status.CHANGED: "33;1", Status.UNKNOWN: "36", Status.ERROR: "35;1"}
 
@@ -19,17 +18,9 @@ def _paint(text: str, status: Status, color: bool) -> str:
     return f"\x1b[{_COLORS[status]}m{text}\x1b[0m" if color else text
 
 
-def render(result: AuditResult, color: bool = False, show_ok: bool = False) -> str:
+def render(result: Reportable, color: bool = False, show_ok: bool = False) -> str:
     width = max(80, min(shutil.get_terminal_size((120, 20)).columns, 160))
-    scan = result.scan
-    lines = [f"consumer : {scan.name} {scan.version or ''} ({scan.origin})".rstrip(),
-             f"vLLM     : {build_label(result.build)} - {result.build.origin}"]
-    if result.baseline:
-        lines.append(f"baseline : {build_label(result.baseline)} - {result.baseline.origin}")
-    elif result.written_for:
-        lines.append(f"written for: {build_label(result.written_for)} (evidence shows its signatures)")
-    lines += [f"note     : {n}" for n in result.notes]
-    lines.append(f"scanned  : {scan.files} files, {len(scan.touchpoints)} touchpoints")
+    lines = [f"{label:9}: {text}" for label, text in result.facts()]
     lines.append("")
     shown = [f for f in result.findings if show_ok or f.status is not Status.OK]
     for f in shown:
