@@ -74,6 +74,14 @@ class ProbeContext:
             return surface.member(owner, ref.name)
         return self.class_of(ref, surface)
 
+    def fact(self, key: str, compute, surface: Surface | None = None):
+        """A fact about the build's code (see ``compat.facts``), computed once per build and cached."""
+        surface = surface or self.surface
+        memo = ("fact", id(surface), key)
+        if memo not in self._memo:
+            self._memo[memo] = surface.fact(key, compute)  # type: ignore[attr-defined]
+        return self._memo[memo]
+
     @staticmethod
     def where(found: Lookup | None) -> str | None:
         if isinstance(found, Found) and found.location is not None:

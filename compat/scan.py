@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -25,9 +25,12 @@ from compat.touchpoints import (
     Guard,
     Kind,
     Location,
+    ModelPatch,
     Ref,
+    ReplyUse,
     Scan,
     ScanProblem,
+    SelfUse,
     TouchPoint,
 )
 
@@ -67,6 +70,13 @@ class Local:
 
 
 @dataclass(frozen=True)
+class Reply:
+    """What a worker RPC returned, tracked to see how the consumer uses it."""
+
+    location: Location
+
+
+@dataclass(frozen=True)
 class Either:
     """A name bound by an import and by its ``except ImportError`` fallback: which one depends on the build."""
 
@@ -74,7 +84,7 @@ class Either:
     location: Location
 
 
-Value = Sym | Obj | SelfOf | Local | VersionValue | Lit | GuardExpr | Either | None
+Value = Sym | Obj | SelfOf | Local | VersionValue | Lit | GuardExpr | Either | Reply | None
 
 
 @dataclass
@@ -347,6 +357,9 @@ class _FileScanner(ast.NodeVisitor):
 
     def visit_Assign(self, node: ast.Assign) -> None:
         value = self.visit_expr(node.value)
+        self.note_model_patch(node)
+        if isinstance(value, Reply) and any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets):
+            self.reply_use(value, "unpack", ast.unparse(node.targets[0]), node)
         if value is None:
             value = self.condition_value(node.value)
         for target in node.targets:
@@ -391,7 +404,9 @@ class _FileScanner(ast.NodeVisitor):
             self.visit_expr(target, store=True)
 
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
-        self.visit_expr(node.iter)
+        iterated = self.visit_expr(node.iter)
+        if isinstance(iterated, Reply):
+            self.reply_use(iterated, "iterate", f"for {ast.unparse(node.target)} in ...", node)
         self.assign(node.target, None)
         self.visit_block(node.body)
         self.visit_block(node.orelse)
@@ -447,6 +462,12 @@ class _FileScanner(ast.NodeVisitor):
             self.bind(node.target.id, value)
             return value
         if isinstance(node, ast.Lambda):
+            return None
+        if isinstance(node, ast.Subscript):
+            base = self.eval(node.value, record)
+            self.eval(node.slice, record)
+            if isinstance(base, Reply):
+                self.reply_use(base, "index", f"[{ast.unparse(node.slice)}]", node)
             return None
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             self.scopes.append(_Scope(kind="function", qualname=self.context()))
@@ -529,6 +550,8 @@ class _FileScanner(ast.NodeVisitor):
                     if func.attr in RPC_METHODS:
                         self.rpc_touch(node, receiver)
                 result = Obj(receiver.attr(func.attr).called())
+                if func.attr in RPC_METHODS:
+                    result = Reply(self.loc(node))
             elif isinstance(base, Sym):
                 path = f"{base.path}.{func.attr}"
                 if record:
@@ -558,11 +581,40 @@ class _FileScanner(ast.NodeVisitor):
                 result = Obj(value.ref.called())
             else:
                 result = self.local_call_result(value)
+            if isinstance(func, ast.Name) and func.id == "len" and node.args:
+                measured = self.eval(node.args[0], record=False)
+                if isinstance(measured, Reply):
+                    self.reply_use(measured, "len", "len(...)", node)
         for arg in node.args:
             self.eval(arg.value if isinstance(arg, ast.Starred) else arg, record)
         for kw in node.keywords:
             self.eval(kw.value, record)
         return result
+
+    def reply_use(self, reply: Reply, kind: str, detail: str, node: ast.AST) -> None:
+        if self.emit:
+            self.scan.reply_uses.setdefault(reply.location, []).append(
+                ReplyUse(kind, detail, self.loc(node), self.code(node)))
+
+    def note_model_patch(self, node: ast.Assign) -> None:
+        """``x.forward = types.MethodType(f, x)`` (or ``f.__get__(x)``, ``partial(f, x)``)."""
+        target = node.targets[0] if len(node.targets) == 1 else None
+        value = node.value
+        if not (self.emit and isinstance(target, ast.Attribute) and target.attr == "forward"
+                and isinstance(value, ast.Call)):
+            return
+        name = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
+        function_node: ast.expr | None = None
+        if name in ("MethodType", "partial") and value.args:
+            function_node = value.args[0]
+        elif name == "__get__" and isinstance(value.func, ast.Attribute):
+            function_node = value.func.value
+        function = self.eval(function_node, record=False) if function_node is not None else None
+        if not isinstance(function, Local):
+            return
+        owner = self.eval(target.value, record=False)
+        ref = owner.ref if isinstance(owner, Obj) else None
+        self.scan.patches.append((function.qualname, self.loc(node), ref, self.code(node)))
 
     def local_call_result(self, value: Value) -> Value:
         """Calling a consumer function whose return annotation names a vLLM class."""
@@ -603,6 +655,9 @@ class _TreeScanner:
         self.return_annotations: dict[str, ast.expr] = {}
         self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         self.extensions: list[tuple[str, Location]] = []
+        self.reply_uses: dict[Location, list[ReplyUse]] = {}
+        self.patches: list[tuple[str, Location, Ref | None, str]] = []
+        self.function_files: dict[str, str] = {}
         self.modules: dict[str, tuple[ast.Module, list[str], str]] = {}
 
     def consumer_value(self, module: str, name: str) -> Value:
@@ -672,6 +727,7 @@ class _TreeScanner:
                 elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     qualname = f"{prefix}.{stmt.name}"
                     self.functions[qualname] = stmt
+                    self.function_files[qualname] = relpath
                     if owner is not None:
                         owner.methods[stmt.name] = stmt
                     if stmt.returns is not None:
@@ -755,17 +811,60 @@ def scan_tree(tree: SourceTree, target: str = "vllm") -> Scan:
     scanner.touchpoints.clear()
     for file_scanner in files:
         file_scanner.run(emit=True)
+    touchpoints = [replace(tp, reply_uses=tuple(scanner.reply_uses.get(tp.location, ()))) if tp.kind == Kind.RPC
+                   else tp for tp in scanner.touchpoints]
+    patches = tuple(_model_patch(scanner, *patch) for patch in scanner.patches)
     classes = tuple(
         ConsumerClass(info.qualname, Location(_module_relpath(parsed, info.module), info.node.lineno),
                       tuple(sorted(info.methods)), info.bases)
         for info in scanner.classes.values())
     extensions = tuple(dict.fromkeys(scanner.extensions))
     return Scan(name=tree.name, version=tree.version, origin=tree.origin, target=target,
-                touchpoints=tuple(scanner.touchpoints), problems=tuple(scanner.problems), classes=classes,
+                touchpoints=tuple(touchpoints), problems=tuple(scanner.problems), classes=classes,
                 worker_extensions=extensions, written_for=written_for(tree.requires, target), files=count,
-                root=str(tree.root))
+                root=str(tree.root), model_patches=patches)
 
 
 def _module_relpath(parsed: list[tuple[str, str, ast.Module, list[str]]], module: str) -> str:
     return next((rel for mod, rel, _, _ in parsed if mod == module), module)
 
+
+
+def _model_patch(scanner: _TreeScanner, function: str, where: Location, target: Ref | None, code: str) -> ModelPatch:
+    """What a replacement forward does with the model it is bound to, read from its body."""
+    node = scanner.functions[function]
+    relpath = scanner.function_files[function]
+    params = [a.arg for a in node.args.posonlyargs + node.args.args]
+    self_name = params[0] if params else "self"
+    uses: list[SelfUse] = []
+    layer_names: set[str] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.For, ast.comprehension)) and any(
+                isinstance(n, ast.Attribute) and n.attr == "layers" and isinstance(n.value, ast.Name)
+                and n.value.id == self_name for n in ast.walk(sub.iter)):
+            target_node = sub.target
+            if isinstance(target_node, ast.Tuple) and target_node.elts:
+                target_node = target_node.elts[-1]
+            if isinstance(target_node, ast.Name):
+                layer_names.add(target_node.id)
+    called = set()
+    layer_calls: list[SelfUse] = []
+    for sub in ast.walk(node):
+        if not isinstance(sub, ast.Call):
+            continue
+        func = sub.func
+        shape = CallShape(sum(1 for a in sub.args if not isinstance(a, ast.Starred)),
+                          tuple(k.arg for k in sub.keywords if k.arg),
+                          any(isinstance(a, ast.Starred) for a in sub.args), any(k.arg is None for k in sub.keywords))
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == self_name:
+            uses.append(SelfUse(func.attr, Location(relpath, sub.lineno), shape))
+            called.add(id(func))
+        elif isinstance(func, ast.Name) and func.id in layer_names:
+            layer_calls.append(SelfUse(func.id, Location(relpath, sub.lineno), shape))
+    for sub in ast.walk(node):
+        if (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == self_name
+                and id(sub) not in called and isinstance(sub.ctx, ast.Load)):
+            uses.append(SelfUse(sub.attr, Location(relpath, sub.lineno)))
+    uses.sort(key=lambda u: (u.location.line, u.name))
+    return ModelPatch(function, where, target, Location(relpath, node.lineno), tuple(params[1:]),
+                      node.args.kwarg is not None, tuple(uses), tuple(layer_calls), code)

@@ -78,6 +78,16 @@ class Fallback:
 
 
 @dataclass(frozen=True)
+class ReplyUse:
+    """How the consumer uses what a worker RPC returns: ``[0]``, unpacking, iterating, ``len``, as is."""
+
+    kind: str
+    detail: str
+    location: Location
+    code: str = ""
+
+
+@dataclass(frozen=True)
 class TouchPoint:
     kind: Kind
     symbol: str
@@ -94,6 +104,8 @@ class TouchPoint:
     context: str = ""
     note: str | None = None
     """Why the scan could not resolve this touchpoint fully (kept, reported as unknown)."""
+    reply_uses: tuple[ReplyUse, ...] = ()
+    """For RPC touchpoints: what the consumer does with the reply."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,32 @@ class ConsumerClass:
 
 
 @dataclass(frozen=True)
+class SelfUse:
+    name: str
+    location: Location
+    call: CallShape | None = None
+
+
+@dataclass(frozen=True)
+class ModelPatch:
+    """A consumer function installed as a vLLM model's ``forward`` (``types.MethodType(f, model.model)``)."""
+
+    function: str
+    location: Location
+    """Where the forward is replaced."""
+    target: Ref | None
+    """The object whose forward is replaced, as the consumer reached it."""
+    definition: Location
+    parameters: tuple[str, ...]
+    accepts_var_kwargs: bool
+    self_uses: tuple[SelfUse, ...] = ()
+    """Attributes the replacement reads or calls on the model (``self.layers``, ``self.get_input_embeddings(...)``)."""
+    layer_calls: tuple[SelfUse, ...] = ()
+    """Calls of the decoder layers the replacement iterates over."""
+    code: str = ""
+
+
+@dataclass(frozen=True)
 class Scan:
     name: str
     version: str | None
@@ -125,3 +163,4 @@ class Scan:
     files: int = field(default=0)
     root: str = ""
     """Directory the consumer locations are relative to."""
+    model_patches: tuple[ModelPatch, ...] = ()

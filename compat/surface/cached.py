@@ -140,6 +140,13 @@ class CachedSurface:
 
         return self._ask(f"names|{_owner_key(owner)}", compute)
 
+    def fact(self, key: str, compute) -> Any:
+        memo_key = f"fact|{key}"
+        if memo_key not in self.memo:
+            self.memo[memo_key] = {"t": "fact", "value": compute(self.inner)}
+            self.dirty = True
+        return self.memo[memo_key]["value"]
+
     def definitions(self, name: str) -> tuple[str, ...]:
         return self._ask(f"defs|{name}", lambda: self.inner.definitions(name))
 

@@ -215,3 +215,6 @@ class RuntimeSurface:
 
     def definitions(self, name: str) -> tuple[str, ...]:
         return self.static.definitions(name)
+
+    def fact(self, key: str, compute):
+        return compute(self.static)

@@ -366,6 +366,10 @@ class StaticSurface:
             return Unresolved(f"annotation {ast.unparse(annotation)} is not a class")
         return found
 
+    def fact(self, key: str, compute):
+        """A JSON-able fact computed from this reading's code (memoised by ``CachedSurface``)."""
+        return compute(self)
+
     # ---- where names live ----------------------------------------------------------------
     def definitions(self, name: str) -> tuple[str, ...]:
         if self._definitions is None:

@@ -1,0 +1,73 @@
+"""Reply shape: what collective_rpc returns with and without unique_reply_rank, and how the consumer uses it."""
+
+from __future__ import annotations
+
+from compat.facts import replies
+from compat.findings import Evidence, Finding, Status
+from compat.probe import Probe, ProbeContext
+from compat.surface import Found
+from compat.touchpoints import Kind, TouchPoint
+
+
+class ReplyShapeProbe(Probe):
+    def check(self, ctx: ProbeContext, tp: TouchPoint) -> Finding | None:
+        if tp.receiver is None or tp.receiver.kind == "worker":
+            return None
+        owner = ctx.class_of(tp.receiver)
+        rpc = ctx.surface.member(owner, "collective_rpc") if isinstance(owner, Found) else owner
+        if not isinstance(owner, Found) or not isinstance(rpc, Found):
+            return self.finding(tp, Status.UNKNOWN, f"cannot read collective_rpc of {tp.receiver.render()}: "
+                                f"{getattr(rpc, 'reason', 'unknown class')}")
+        executor = rpc.path.rsplit(".", 1)[0]
+        facts = ctx.fact(f"replies:{executor}", lambda s: replies.read(s, executor))["multiproc"]
+        if "error" in facts:
+            return self.finding(tp, Status.UNKNOWN, facts["error"])
+        with_rank = tp.call is not None and replies.RANK in tp.call.keywords
+        shape = facts["with_rank"] if with_rank else facts["without_rank"]
+        how = f"collective_rpc(..., {replies.RANK}=...)" if with_rank else "collective_rpc(...)"
+        where = facts["evidence"] if with_rank else facts["location"]
+        described = {"single": "the chosen rank's value itself", "list": "a list with one entry per worker"}
+        evidence = Evidence(audited=f"{how} returns {described.get(shape, shape)} ({facts['evidence']})",
+                            extra=(("reply_code", facts["text"] or ""),) if facts["text"] else ())
+        if ctx.written_for is not None:
+            old = ctx.fact(f"replies:{executor}", lambda s: replies.read(s, executor), ctx.written_for)
+            old = old.get("multiproc", {})
+            old_shape = old.get("with_rank") if with_rank else old.get("without_rank")
+            if old_shape:
+                evidence = Evidence(written_for=f"{how} returns {described.get(old_shape, old_shape)} "
+                                                f"({old.get('evidence')})", audited=evidence.audited,
+                                    written_for_build=ctx.written_for.build.version, extra=evidence.extra)
+        if with_rank and not facts["accepts_rank"]:
+            return self.finding(tp, Status.BROKEN, f"{executor}.collective_rpc takes no {replies.RANK}",
+                                facts["location"], evidence)
+        uses = tp.reply_uses
+        if not uses:
+            return self.finding(tp, Status.OK, f"{how} returns {described.get(shape, shape)}; the consumer does not "
+                                "index or unpack the reply", where, evidence,
+                                symbol=f"{executor}.collective_rpc")
+        problems = []
+        for use in uses:
+            if shape == "single" and use.kind in ("index", "unpack", "iterate", "len"):
+                problems.append(f"`{use.code}` ({use.location}) applies {use.kind} {use.detail} to it, which takes "
+                                "apart the value itself (for a list of per-layer tensors, [0] is the first layer) "
+                                "without raising")
+            elif shape == "list" and use.kind == "index" and use.detail not in ("[0]", "[-1]") and with_rank:
+                problems.append(f"`{use.code}` ({use.location}) indexes {use.detail} into a one-entry list")
+        if problems:
+            fix = f"use the reply of {how} directly, without {uses[0].detail}" if shape == "single" else \
+                "index the reply with [0]"
+            return self.finding(tp, Status.BROKEN, f"{how} returns {described[shape]} in this build; "
+                                + "; ".join(problems), where, evidence, fix=fix,
+                                symbol=f"{executor}.collective_rpc")
+        used = ", ".join(f"{u.kind} {u.detail} at {u.location}" for u in uses)
+        return self.finding(tp, Status.OK, f"{how} returns {described.get(shape, shape)}; the consumer's use "
+                            f"({used}) fits", where, evidence, symbol=f"{executor}.collective_rpc")
+
+
+PROBE = ReplyShapeProbe(
+    name="reply-shape",
+    description="What collective_rpc returns with and without unique_reply_rank (read from the executor's return "
+                "paths), checked against how the consumer indexes, unpacks or iterates the reply.",
+    kinds=(Kind.RPC,),
+    order=50,
+)
