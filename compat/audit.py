@@ -15,7 +15,7 @@ from pathlib import Path
 from compat.auditor import DEFAULT_CONSUMER, AuditOptions, Auditor, AuditResult
 from compat.cache import atomic_write_text
 from compat.errors import CompatError
-from compat.probe import DEFAULT_WORKER_CLASS
+from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS
 from compat.report import Format, render
 
 
@@ -43,6 +43,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--worker-class", default=DEFAULT_WORKER_CLASS,
                    help=f"vLLM worker class RPC names resolve against (default: {DEFAULT_WORKER_CLASS})")
     p.add_argument("--vllm-version", help="version to assume for the audited build (dev builds)")
+    p.add_argument("--architectures", default=",".join(DEFAULT_ARCHITECTURES),
+                   help="comma-separated model architectures the model-convention probe checks "
+                        f"(default: {','.join(DEFAULT_ARCHITECTURES)})")
     p.add_argument("--target", default="vllm", help=argparse.SUPPRESS)
     p.add_argument("--show-ok", action="store_true", help="list ok findings too")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
@@ -80,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         options = AuditOptions(consumer=args.consumer, vllm=args.vllm,
                                written_for=None if args.written_for == "none" else args.written_for,
                                worker_class=args.worker_class, allow=args.allow, strict=args.strict,
-                               target=args.target, vllm_version=args.vllm_version)
+                               target=args.target, vllm_version=args.vllm_version,
+                               architectures=tuple(a.strip() for a in args.architectures.split(",") if a.strip()))
         if options.allow is not None:
             from compat import allowlist
 

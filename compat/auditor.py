@@ -18,7 +18,7 @@ from compat.builds import OpenedBuild, open_build
 from compat.errors import CompatError
 from compat.findings import Evidence, Finding, Status
 from compat.guards import GuardExpr, HasAttr, Imports, evaluate, render
-from compat.probe import DEFAULT_WORKER_CLASS, Probe, ProbeContext
+from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, Probe, ProbeContext
 from compat.report import build_label
 from compat.scan import scan_tree
 from compat.surface import BuildInfo, Found, Lookup, Missing, Surface
@@ -41,6 +41,8 @@ class AuditOptions:
     target: str = "vllm"
     vllm_version: str | None = None
     """Override the audited build's version (for unparseable dev builds)."""
+    architectures: tuple[str, ...] = DEFAULT_ARCHITECTURES
+    """Model architectures the model-convention probe checks the consumer's forward patch against."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,8 @@ class Auditor:
         surface = opened.surface
         notes = [n for n in (opened.note,) if n]
         reference = self._written_for(scan, surface, notes) if written_for == "auto" else written_for
-        ctx = ProbeContext(scan, surface, reference, self.options.worker_class)  # type: ignore[arg-type]
+        ctx = ProbeContext(scan, surface, reference, self.options.worker_class,  # type: ignore[arg-type]
+                           self.options.architectures)
         findings: list[Finding] = []
         if opened.import_error is not None:
             findings.append(Finding("build", Status.ERROR, self.options.target, None, None,

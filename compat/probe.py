@@ -16,6 +16,8 @@ from compat.surface import Found, Lookup, Surface, Unresolved
 from compat.touchpoints import Kind, Ref, Scan, TouchPoint
 
 DEFAULT_WORKER_CLASS = "vllm.v1.worker.gpu_worker.Worker"
+DEFAULT_ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
+                         "KimiK25ForConditionalGeneration")
 
 
 @dataclass
@@ -24,6 +26,7 @@ class ProbeContext:
     surface: Surface
     written_for: Surface | None = None
     worker_class: str = DEFAULT_WORKER_CLASS
+    architectures: tuple[str, ...] = DEFAULT_ARCHITECTURES
     _memo: dict[Any, Any] = field(default_factory=dict)
 
     def touchpoints(self, kinds: Iterable[Kind]) -> list[TouchPoint]:

@@ -573,8 +573,10 @@ class _FileScanner(ast.NodeVisitor):
                 result = None
             elif isinstance(value, Sym):
                 if record:
+                    literals = tuple((k.arg, ast.unparse(k.value)) for k in node.keywords
+                                     if k.arg and isinstance(k.value, ast.Constant))
                     self.add(TouchPoint(Kind.CALL, value.path, self.loc(node), self.code(node), call=shape,
-                                        guards=tuple(self.guards), context=self.context()))
+                                        guards=tuple(self.guards), context=self.context(), literals=literals))
                     self.note_extension(node)
                 result = Obj(Ref.of_symbol(value.path).called())
             elif isinstance(value, Obj):
@@ -867,4 +869,4 @@ def _model_patch(scanner: _TreeScanner, function: str, where: Location, target: 
             uses.append(SelfUse(sub.attr, Location(relpath, sub.lineno)))
     uses.sort(key=lambda u: (u.location.line, u.name))
     return ModelPatch(function, where, target, Location(relpath, node.lineno), tuple(params[1:]),
-                      node.args.kwarg is not None, tuple(uses), tuple(layer_calls), code)
+                      node.args.kwarg is not None, len(node.args.defaults), tuple(uses), tuple(layer_calls), code)

@@ -106,6 +106,8 @@ class TouchPoint:
     """Why the scan could not resolve this touchpoint fully (kept, reported as unknown)."""
     reply_uses: tuple[ReplyUse, ...] = ()
     """For RPC touchpoints: what the consumer does with the reply."""
+    literals: tuple[tuple[str, str], ...] = ()
+    """Keyword arguments passed as literals (``enable_prefix_caching=False``), as source text."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,8 @@ class ModelPatch:
     definition: Location
     parameters: tuple[str, ...]
     accepts_var_kwargs: bool
+    defaults: int = 0
+    """How many of ``parameters`` (the last ones) have defaults."""
     self_uses: tuple[SelfUse, ...] = ()
     """Attributes the replacement reads or calls on the model (``self.layers``, ``self.get_input_embeddings(...)``)."""
     layer_calls: tuple[SelfUse, ...] = ()

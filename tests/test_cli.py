@@ -21,7 +21,7 @@ from vllm.config import CacheConfig
 
 def make():
     Request(request_id="r", prompt_token_ids=[1], sampling_params=None, pooling_params=None, eos_token_id=2)
-    return CacheConfig(block_size=16)
+    return CacheConfig(block_size=16, enable_prefix_caching=False)
 """
 
 

@@ -1,0 +1,243 @@
+"""Model conventions of an architecture, read from the build: registry entry, the attribute path to the
+decoder stack, the embedding method, the decoder layer's forward and how the base model calls it,
+how the top model calls the base model, and whether the class is marked as supporting EAGLE-3."""
+
+from __future__ import annotations
+
+import ast
+
+from compat.facts import loc, method
+from compat.surface import Found
+from compat.surface.callables import from_def
+from compat.surface.static import ClassModel, StaticSurface
+
+REGISTRY = "vllm.model_executor.models.registry"
+EMBEDDING_METHODS = ("embed_input_ids", "get_input_embeddings")
+_MAX_DEPTH = 4
+
+
+def registry(surface: StaticSurface) -> dict[str, tuple[str, str]]:
+    """Every ``"Arch": ("module", "Class")`` entry of the build's model registry."""
+    info = surface.index.module(REGISTRY)
+    entries: dict[str, tuple[str, str]] = {}
+    if info is None:
+        return entries
+    for node in ast.walk(info.tree):
+        if not isinstance(node, ast.Dict):
+            continue
+        for key, value in zip(node.keys, node.values):
+            if (isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Tuple)
+                    and len(value.elts) >= 2 and all(isinstance(e, ast.Constant) for e in value.elts[:2])):
+                entries.setdefault(key.value, (value.elts[0].value, value.elts[1].value))  # type: ignore[union-attr]
+    return entries
+
+
+def _init_assignments(surface: StaticSurface, model: ClassModel) -> list[tuple[str, ast.expr, ClassModel]]:
+    """``self.X = <value>`` in ``__init__`` along the MRO (first definition wins)."""
+    out, seen = [], set()
+    for cls in surface.mro(model)[0]:
+        init = surface._own_member(cls, "__init__")
+        if init is None:
+            continue
+        for sub in ast.walk(init.handle[2]):
+            if isinstance(sub, ast.Assign):
+                for target in sub.targets:
+                    for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" \
+                                and t.attr not in seen:
+                            seen.add(t.attr)
+                            out.append((t.attr, sub.value, cls))
+    return out
+
+
+def _class_of_value(surface: StaticSurface, value: ast.expr, owner: ClassModel, depth: int = 0) -> Found | None:
+    """The class a constructor expression builds (direct, via a method, a class attribute, or the registry)."""
+    if not isinstance(value, ast.Call) or depth > _MAX_DEPTH:
+        return None
+    func = value.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        member = surface.member(owner.found, func.attr)
+        if isinstance(member, Found) and member.kind == "method":
+            for sub in ast.walk(member.handle[2]):
+                if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Call):
+                    found = _class_of_value(surface, sub.value, member.handle[1], depth + 1)
+                    if found is not None:
+                        return found
+            return None
+        if isinstance(member, Found) and member.kind == "attribute":
+            stmt = member.handle[2]
+            target = getattr(stmt, "value", None)
+            found = surface.resolve_expr(member.handle[1].module, target) if target is not None else None
+            return found if isinstance(found, Found) and found.kind == "class" else None
+        return None
+    name = ast.unparse(func).rsplit(".", 1)[-1]
+    if name == "init_vllm_registered_model":
+        for kw in value.keywords:
+            if kw.arg == "architectures" and isinstance(kw.value, (ast.List, ast.Tuple)) and kw.value.elts:
+                first = kw.value.elts[0]
+                if isinstance(first, ast.Constant):
+                    return top_class(surface, str(first.value))
+        return None
+    found = surface.resolve_expr(owner.module, func)
+    return found if isinstance(found, Found) and found.kind == "class" else None
+
+
+def top_class(surface: StaticSurface, arch: str) -> Found | None:
+    entry = registry(surface).get(arch)
+    if entry is None:
+        return None
+    found = surface.lookup(f"vllm.model_executor.models.{entry[0]}.{entry[1]}")
+    return found if isinstance(found, Found) and found.kind == "class" else None
+
+
+def _has_layers(surface: StaticSurface, model: ClassModel) -> bool:
+    return any(name == "layers" for name, _, _ in _init_assignments(surface, model))
+
+
+def find_stack(surface: StaticSurface, top: Found, depth: int = 0) -> tuple[list[str], Found] | None:
+    """The attribute path from the top-level model to the module holding ``layers`` (the decoder stack)."""
+    model = surface.class_model(top)
+    if model is None or depth > _MAX_DEPTH:
+        return None
+    if _has_layers(surface, model) and depth > 0:
+        return [], top
+    for name, value, owner in _init_assignments(surface, model):
+        if name in ("layers",):
+            continue
+        cls = _class_of_value(surface, value, owner)
+        if cls is None or cls.path == top.path:
+            continue
+        inner = find_stack(surface, cls, depth + 1)
+        if inner is not None:
+            return [name] + inner[0], inner[1]
+    return None
+
+
+def _layer_loop_call(surface: StaticSurface, base: Found):
+    """How the base model's forward calls each layer: (call node, module info, forward node)."""
+    found = method(surface, base, "forward")
+    if found is None:
+        return None
+    member, node, info = found
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.For) and "self.layers" in ast.unparse(sub.iter):
+            target = sub.target.elts[-1] if isinstance(sub.target, ast.Tuple) else sub.target
+            if not isinstance(target, ast.Name):
+                continue
+            for call in ast.walk(sub):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == target.id:
+                    return call, info, member
+    return None
+
+
+def _layer_class(surface: StaticSurface, base: Found) -> Found | None:
+    """The decoder layer class: the callable inside ``make_layers(..., lambda prefix: Layer(...))``."""
+    model = surface.class_model(base)
+    if model is None:
+        return None
+    for cls in surface.mro(model)[0]:
+        init = surface._own_member(cls, "__init__")
+        if init is None:
+            continue
+        node = init.handle[2]
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Lambda) and isinstance(sub.body, ast.Call):
+                callee = sub.body.func
+                if isinstance(callee, ast.Name):
+                    params = {a.arg: d for a, d in zip(
+                        node.args.args[len(node.args.args) - len(node.args.defaults):], node.args.defaults)}
+                    params.update({a.arg: d for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d})
+                    if callee.id in params or callee.id in [a.arg for a in node.args.args + node.args.kwonlyargs]:
+                        chosen = _super_keyword(surface, model, callee.id) or params.get(callee.id)
+                        if chosen is None:
+                            return None
+                        callee = chosen
+                found = _resolve_in(surface, cls if not _is_self_attr(callee) else model, callee)
+                if found is not None:
+                    return found
+    return None
+
+
+def _is_self_attr(node: ast.expr) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def _resolve_in(surface: StaticSurface, cls: ClassModel, node: ast.expr) -> Found | None:
+    if _is_self_attr(node):
+        member = surface.member(cls.found, node.attr)  # type: ignore[union-attr]
+        if isinstance(member, Found) and member.kind == "attribute":
+            value = getattr(member.handle[2], "value", None)
+            if value is not None:
+                return _resolve_in(surface, member.handle[1], value)
+        return None
+    found = surface.resolve_expr(cls.module, node)
+    return found if isinstance(found, Found) and found.kind == "class" else None
+
+
+def _super_keyword(surface: StaticSurface, model: ClassModel, name: str) -> ast.expr | None:
+    """``super().__init__(..., name=value)`` in the most derived ``__init__`` that passes ``name``."""
+    for cls in surface.mro(model)[0]:
+        init = surface._own_member(cls, "__init__")
+        if init is None:
+            continue
+        for sub in ast.walk(init.handle[2]):
+            if isinstance(sub, ast.Call) and ast.unparse(sub.func) == "super().__init__":
+                for kw in sub.keywords:
+                    if kw.arg == name:
+                        return kw.value
+    return None
+
+
+def _top_calls_base(surface: StaticSurface, top: Found, attr: str) -> dict | None:
+    found = method(surface, top, "forward")
+    if found is None:
+        return None
+    member, node, info = found
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and ast.unparse(sub.func) == f"self.{attr}":
+            return {"positional": sum(1 for a in sub.args if not isinstance(a, ast.Starred)),
+                    "keywords": [k.arg for k in sub.keywords if k.arg],
+                    "star_kwargs": any(k.arg is None for k in sub.keywords),
+                    "code": ast.unparse(sub)[:200], "at": loc(info, sub)}
+    return None
+
+
+def read(surface: StaticSurface, arch: str) -> dict:
+    top = top_class(surface, arch)
+    if top is None:
+        return {"arch": arch, "registered": False}
+    model = surface.class_model(top)
+    marker = any(c.found.path.rsplit(".", 1)[-1] == "SupportsEagle3" for c in surface.mro(model)[0]) if model else False
+    facts: dict = {"arch": arch, "registered": True, "class": top.path, "class_at": loc(top), "eagle3": marker}
+    stack = find_stack(surface, top)
+    if stack is None:
+        facts["error"] = f"cannot find the decoder stack under {top.path}"
+        return facts
+    path, base = stack
+    facts.update(path=path, base=base.path, base_at=loc(base))
+    facts["embedding"] = {name: loc(m) for name in EMBEDDING_METHODS
+                          if isinstance(m := surface.member(base, name), Found)}
+    facts["base_members"] = list(surface.member_names(base))
+    forward = method(surface, base, "forward")
+    if forward is not None:
+        sig = from_def(forward[1]).drop_first()
+        facts["base_forward"] = {"parameters": [p.name for p in sig.parameters],
+                                 "var_kwargs": any(p.kind.value == "VAR_KEYWORD" for p in sig.parameters),
+                                 "at": loc(forward[0])}
+    facts["top_calls_base"] = _top_calls_base(surface, top, path[-1]) if len(path) == 1 else None
+    loop = _layer_loop_call(surface, base)
+    if loop is not None:
+        call, info, _ = loop
+        facts["layer_call"] = {"positional": [ast.unparse(a) for a in call.args if not isinstance(a, ast.Starred)],
+                               "keywords": [k.arg for k in call.keywords if k.arg],
+                               "star_kwargs": [ast.unparse(k.value) for k in call.keywords if k.arg is None],
+                               "code": ast.unparse(call), "at": loc(info, call)}
+    layer = _layer_class(surface, base)
+    if layer is not None:
+        fwd = method(surface, layer, "forward")
+        if fwd is not None:
+            sig = surface.signature(fwd[0])
+            facts["layer"] = {"class": layer.path, "forward": str(sig), "at": loc(fwd[0]),
+                              "parameters": [[p.name, p.kind.value, p.has_default] for p in sig.parameters]
+                              if hasattr(sig, "parameters") else []}
+    return facts
