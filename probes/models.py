@@ -165,13 +165,17 @@ class ModelConventionProbe(Probe):
         checks = [tp for tp in ctx.scan.touchpoints if tp.kind == Kind.CALL and tp.symbol.endswith("supports_eagle3")]
         if not checks:
             return
-        if facts["eagle3"]:
+        if facts["eagle3"] is None:
+            yield self._finding(patch, arch, "eagle3", Status.UNKNOWN, "cannot read the SupportsEagle3 protocol of "
+                                "this build", facts["class_at"], checks[0].location)
+        elif facts["eagle3"]:
             yield self._finding(patch, arch, "eagle3", Status.OK, f"{facts['class']} is marked SupportsEagle3, so the "
                                 "consumer's supports_eagle3() check accepts it", facts["class_at"], checks[0].location)
         else:
             yield self._finding(patch, arch, "eagle3", Status.BROKEN,
-                                f"{facts['class']} is not marked SupportsEagle3 in this build: the consumer's "
-                                "supports_eagle3() check rejects the model", facts["class_at"], checks[0].location)
+                                f"{facts['class']} does not implement SupportsEagle3 in this build (missing "
+                                f"{', '.join(facts['eagle3_missing'])}): the consumer's supports_eagle3() check "
+                                "rejects the model", facts["class_at"], checks[0].location)
 
 
 PROBE = ModelConventionProbe(

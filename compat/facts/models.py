@@ -202,13 +202,45 @@ def _top_calls_base(surface: StaticSurface, top: Found, attr: str) -> dict | Non
     return None
 
 
+PROTOCOL = "vllm.model_executor.models.interfaces.SupportsEagle3"
+
+
+def protocol_members(surface: StaticSurface, path: str) -> list[str]:
+    """The members ``isinstance(x, <runtime_checkable Protocol>)`` checks: its own and its protocol bases'."""
+    found = surface.lookup(path)
+    model = surface.class_model(found) if isinstance(found, Found) else None
+    if model is None:
+        return []
+    names: list[str] = []
+    for cls in surface.mro(model)[0]:
+        for stmt in cls.node.body:
+            name = None
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = stmt.name
+            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                name = stmt.target.id
+            elif isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name):
+                name = stmt.targets[0].id
+            if name and not name.startswith("_") and name not in names:
+                names.append(name)
+    return names
+
+
+def _eagle3(surface: StaticSurface, top: Found) -> dict:
+    """Whether ``supports_eagle3(model)`` (an isinstance check of a runtime-checkable Protocol) accepts the class."""
+    members = protocol_members(surface, PROTOCOL)
+    if not members:
+        return {"eagle3": None, "eagle3_missing": []}
+    missing = [m for m in members if not isinstance(surface.member(top, m), Found)]
+    return {"eagle3": not missing, "eagle3_missing": missing}
+
+
 def read(surface: StaticSurface, arch: str) -> dict:
     top = top_class(surface, arch)
     if top is None:
         return {"arch": arch, "registered": False}
-    model = surface.class_model(top)
-    marker = any(c.found.path.rsplit(".", 1)[-1] == "SupportsEagle3" for c in surface.mro(model)[0]) if model else False
-    facts: dict = {"arch": arch, "registered": True, "class": top.path, "class_at": loc(top), "eagle3": marker}
+    facts: dict = {"arch": arch, "registered": True, "class": top.path, "class_at": loc(top)}
+    facts.update(_eagle3(surface, top))
     stack = find_stack(surface, top)
     if stack is None:
         facts["error"] = f"cannot find the decoder stack under {top.path}"

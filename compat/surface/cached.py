@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 from compat.cache import atomic_write_text, cache_dir
@@ -19,6 +20,16 @@ from compat.surface.static import StaticSurface
 from compat.touchpoints import Location
 
 FORMAT = 3
+
+
+def _code_fingerprint() -> str:
+    """The memo is only valid for the code that computed it: this package's files, by size and mtime."""
+    package = Path(__file__).resolve().parent.parent
+    parts = []
+    for path in sorted(package.rglob("*.py")):
+        stat = path.stat()
+        parts.append(f"{path.relative_to(package)}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
 def _encode(value: Any) -> Any:
@@ -62,7 +73,8 @@ class CachedSurface:
     def __init__(self, inner: StaticSurface) -> None:
         self.inner = inner
         self.build: BuildInfo = inner.build
-        digest = hashlib.sha256(f"{FORMAT}:{inner.index.root.resolve()}:{inner.package}".encode()).hexdigest()[:24]
+        key = f"{FORMAT}:{_code_fingerprint()}:{inner.index.root.resolve()}:{inner.package}"
+        digest = hashlib.sha256(key.encode()).hexdigest()[:24]
         self.path = cache_dir() / "surfaces" / f"{digest}.json"
         self.memo: dict[str, Any] = {}
         self.files: dict[str, list[int]] = {}

@@ -1,0 +1,102 @@
+"""Semantic probes over real releases: each seed breakage at the first release where it appears.
+
+First releases established by reading each release's code:
+- collective_rpc(..., unique_reply_rank=r) returns `responses[0] if output_rank is not None else responses`
+  from 0.11.1 (vllm/v1/executor/multiproc_executor.py); 0.11.0 returns the list of responses;
+- the model runner's execute_model returns None and raises "State error: sample_tokens() must be called after
+  execute_model() returns None." from 0.11.1 (vllm/v1/worker/gpu_model_runner.py);
+- CacheConfig.enable_prefix_caching defaults to True from 0.12.0 (None before; vllm/config/cache.py), so a
+  Request without a block hasher fails in BlockPool.cache_full_blocks;
+- base models have embed_input_ids, not get_input_embeddings, from 0.11.1 (e.g. vllm/model_executor/models/llama.py);
+- DeepseekV2Model calls layer(positions, hidden_states, residual, llama_4_scaling) from 0.12.0;
+- LlamaModel.forward takes and passes **extra_layer_kwargs from 0.15.0;
+- KimiK25ForConditionalGeneration is registered from 0.15.0, its decoder stack at language_model.model.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from compat import index
+from compat.findings import Status
+
+pytestmark = [pytest.mark.network]
+
+
+EXPECTED_FIRST = {
+    ("reply-shape", "vllm.v1.executor.multiproc_executor.MultiprocExecutor.collective_rpc", "broken"): "0.11.1",
+    ("protocol", "vllm.v1.executor.multiproc_executor.MultiprocExecutor.execute_model", "broken"): "0.11.1",
+    ("block-hashing", "vllm.v1.request.Request", "broken"): "0.12.0",
+    ("model", "LlamaForCausalLM:member:get_input_embeddings", "broken"): "0.11.1",
+    ("model", "DeepseekV2ForCausalLM:member:get_input_embeddings", "broken"): "0.11.1",
+    ("model", "DeepseekV3ForCausalLM:layer-call", "changed"): "0.12.0",
+    ("model", "LlamaForCausalLM:layer-call", "changed"): "0.15.0",
+    ("model", "KimiK25ForConditionalGeneration:path", "broken"): "0.15.0",
+}
+
+
+def _rpc_line(scan, method: str) -> int:
+    return next(tp.location.line for tp in scan.touchpoints if tp.rpc_method == method)
+
+
+@pytest.mark.slow
+def test_each_semantic_breakage_first_appears_where_the_code_changed(audit, speculators_scan):
+    first, found = {}, {}
+    for version in index.resolve_range("vllm", ">=0.11.0"):
+        for f in audit(str(version)).findings:
+            key = (f.probe, f.symbol, f.status.value)
+            if key in EXPECTED_FIRST and key not in first:
+                first[key] = str(version)
+                found[key] = f
+    assert first == EXPECTED_FIRST
+    for f in found.values():
+        assert f.vllm_location and ".py:" in f.vllm_location  # evidence in the audited build's code
+        assert f.consumer_location.startswith(("speculators/data_generation/",))
+
+
+def test_reply_index_is_ok_on_the_pinned_release_and_broken_when_the_reply_changes(audit, speculators_scan):
+    line = _rpc_line(speculators_scan, "_get_captured_states")
+    before = [f for f in audit("0.11.0").findings if f.probe == "reply-shape" and f.consumer_location.endswith(
+        f":{line}")]
+    after = [f for f in audit("0.11.1").findings if f.probe == "reply-shape" and f.consumer_location.endswith(
+        f":{line}")]
+    assert [f.status for f in before] == [Status.OK] and "list" in before[0].message
+    assert [f.status for f in after] == [Status.BROKEN]
+    assert "[0]" in after[0].message and "captured_states_list[0]" in after[0].message
+    assert after[0].vllm_location.startswith("vllm/v1/executor/multiproc_executor.py:")
+
+
+def test_two_phase_protocol_names_the_error_the_build_raises(audit):
+    f = next(f for f in audit("0.32.0").findings if f.probe == "protocol")
+    assert f.status is Status.BROKEN
+    assert "sample_tokens() must be called after execute_model() returns None" in f.message
+    assert f.vllm_location.startswith("vllm/v1/worker/gpu_model_runner.py:")
+
+
+def test_block_hashing_failure_mode_is_read_from_each_build(audit):
+    old = next(f for f in audit("0.12.0").findings if f.probe == "block-hashing")
+    new = next(f for f in audit("0.32.0").findings if f.probe == "block-hashing")
+    assert old.status is new.status is Status.BROKEN
+    assert "AssertionError" in old.message and "IndexError" in new.message
+    pinned = next(f for f in audit("0.11.0").findings if f.probe == "block-hashing")
+    assert pinned.status is Status.OK and "off" in pinned.message
+
+
+def test_model_conventions_for_kimi_and_deepseek(audit):
+    findings = {f.symbol: f for f in audit("0.32.0").findings if f.probe == "model"}
+    kimi = findings["KimiK25ForConditionalGeneration:path"]
+    assert kimi.status is Status.BROKEN and "model.language_model.model" in kimi.message
+    layer = findings["DeepseekV3ForCausalLM:layer-call"]
+    assert layer.status is Status.CHANGED and "llama_4_scaling" in layer.message
+    embed = findings["DeepseekV3ForCausalLM:member:get_input_embeddings"]
+    assert embed.status is Status.BROKEN and embed.fix == "use self.embed_input_ids"
+
+
+def test_startup_steps_new_since_the_written_for_build(speculators_scan, build):
+    from compat.auditor import AuditOptions, Auditor
+
+    result = Auditor(AuditOptions()).run(speculators_scan, build("0.32.0"))
+    changed = {f.touchpoint for f in result.findings if f.probe == "startup" and f.status is Status.CHANGED}
+    assert {"startup:set_kv_cache_layout", "startup:resolve_kv_cache_block_sizes"} <= changed
+    done = {f.touchpoint for f in result.findings if f.probe == "startup" and f.status is Status.OK}
+    assert "startup:initialize_from_config" in done
