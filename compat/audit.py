@@ -46,6 +46,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--architectures", default=",".join(DEFAULT_ARCHITECTURES),
                    help="comma-separated model architectures the model-convention probe checks "
                         f"(default: {','.join(DEFAULT_ARCHITECTURES)})")
+    p.add_argument("--confirm", choices=["auto", "always", "never"], default="auto",
+                   help="confirm the semantic probes on a real engine (tiny model, child processes); auto: when the "
+                        "installed vLLM is audited")
+    p.add_argument("--confirm-timeout", type=float, default=300.0, help="seconds per engine check (default 300)")
     p.add_argument("--target", default="vllm", help=argparse.SUPPRESS)
     p.add_argument("--show-ok", action="store_true", help="list ok findings too")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
@@ -84,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                                written_for=None if args.written_for == "none" else args.written_for,
                                worker_class=args.worker_class, allow=args.allow, strict=args.strict,
                                target=args.target, vllm_version=args.vllm_version,
-                               architectures=tuple(a.strip() for a in args.architectures.split(",") if a.strip()))
+                               architectures=tuple(a.strip() for a in args.architectures.split(",") if a.strip()),
+                               confirm=args.confirm, confirm_timeout=args.confirm_timeout)
         if options.allow is not None:
             from compat import allowlist
 

@@ -43,6 +43,9 @@ class AuditOptions:
     """Override the audited build's version (for unparseable dev builds)."""
     architectures: tuple[str, ...] = DEFAULT_ARCHITECTURES
     """Model architectures the model-convention probe checks the consumer's forward patch against."""
+    confirm: str = "auto"
+    """Runtime confirmation on a real engine: 'auto' (when the installed vLLM is audited), 'always', 'never'."""
+    confirm_timeout: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -145,8 +148,13 @@ class Auditor:
         surface = opened.surface
         notes = [n for n in (opened.note,) if n]
         reference = self._written_for(scan, surface, notes) if written_for == "auto" else written_for
+        runtime = surface.build.reading == "runtime"
+        confirm = self.options.confirm == "always" or (self.options.confirm == "auto" and runtime)
+        if confirm and not runtime:
+            notes.append("--confirm always: runtime confirmation needs the installed vLLM (--vllm installed); skipped")
+            confirm = False
         ctx = ProbeContext(scan, surface, reference, self.options.worker_class,  # type: ignore[arg-type]
-                           self.options.architectures)
+                           self.options.architectures, confirm, self.options.confirm_timeout)
         findings: list[Finding] = []
         if opened.import_error is not None:
             findings.append(Finding("build", Status.ERROR, self.options.target, None, None,
@@ -155,7 +163,7 @@ class Auditor:
         for problem in scan.problems:
             findings.append(Finding("scan", Status.ERROR, str(problem.location), str(problem.location), None,
                                     problem.message, fix="fix the file's syntax; the rest was audited"))
-        findings.extend(run_probes(ctx))
+        findings.extend(annotate_runtime(run_probes(ctx), ctx))
         for used in (surface, reference):
             save = getattr(used, "save", None)
             if save is not None:
@@ -208,6 +216,23 @@ def _guard_state(ctx: ProbeContext, tp: TouchPoint) -> tuple[bool | None, str]:
             state = False
             reasons.append(f"`{guard.text}` at {guard.location} is {value} for vLLM {ctx.version}")
     return state, "; ".join(reasons)
+
+
+def annotate_runtime(findings: list[Finding], ctx: ProbeContext) -> list[Finding]:
+    """Give each semantic finding the runtime verdict of its concern next to the static one."""
+    if not ctx.confirmed:
+        return findings
+    out = []
+    for finding in findings:
+        verdicts = ctx.confirmed.get(finding.probe)
+        if verdicts:
+            agree = all(ok for ok, _ in verdicts)
+            summary = ("confirmed on a real engine: " if agree else "DISAGREES with a real engine: ") + "; ".join(
+                text for ok, text in verdicts if not agree or ok)[:400]
+            finding = replace(finding, evidence=replace(finding.evidence,
+                                                        extra=finding.evidence.extra + (("runtime", summary),)))
+        out.append(finding)
+    return out
 
 
 def run_probes(ctx: ProbeContext, probes: list[Probe] | None = None) -> list[Finding]:

@@ -27,6 +27,11 @@ class ProbeContext:
     written_for: Surface | None = None
     worker_class: str = DEFAULT_WORKER_CLASS
     architectures: tuple[str, ...] = DEFAULT_ARCHITECTURES
+    confirm: bool = False
+    """Run the runtime confirmation (installed vLLM only)."""
+    confirm_timeout: float = 300.0
+    confirmed: dict[str, list[tuple[bool, str]]] = field(default_factory=dict)
+    """Runtime verdicts by probe name, filled by the confirmation probe."""
     _memo: dict[Any, Any] = field(default_factory=dict)
 
     def touchpoints(self, kinds: Iterable[Kind]) -> list[TouchPoint]:

@@ -1,0 +1,229 @@
+"""Runs inside a child process with vLLM imported: observe on a real engine what the static probes predicted.
+
+    python -m compat.confirm.engine SPEC.json OUT.json
+
+SPEC names the tiny model directory, the check to run (``replies``, ``engine``) and, for start-up, the
+steps the static reading found. The observations are written to OUT.json (atomically); any exception is
+recorded there with its traceback, never swallowed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from compat.cache import atomic_write_text
+
+EXTENSION = "compat.confirm.extension.ConfirmExtension"
+
+
+def _shape(reply: Any, marker: list[str]) -> str:
+    """'single' when the reply is the worker's own value, 'list' when it is a list of per-worker values."""
+    if reply == marker:
+        return "single"
+    if isinstance(reply, list) and reply and reply[0] == marker:
+        return "list"
+    return f"other:{type(reply).__name__}"
+
+
+def replies(spec: dict) -> dict:
+    """collective_rpc reply shapes on MultiprocExecutor (tensor parallel ``tp``) and UniProcExecutor."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.executor.multiproc_executor import MultiprocExecutor
+
+    out: dict[str, Any] = {}
+    marker = ["layer-0", "layer-1", "layer-2"]
+    args = EngineArgs(model=spec["model"], tensor_parallel_size=spec["tp"], enforce_eager=True, max_model_len=256,
+                      worker_extension_cls=EXTENSION, distributed_executor_backend="mp")
+    config = args.create_engine_config()
+    start = time.time()
+    executor = MultiprocExecutor(config)
+    out["executor_start_s"] = round(time.time() - start, 2)
+    try:
+        plain = executor.collective_rpc("compat_reply_marker")
+        ranked = executor.collective_rpc("compat_reply_marker", unique_reply_rank=0)
+        out["multiproc"] = {"without_rank": _shape(plain, marker), "with_rank": _shape(ranked, marker),
+                            "workers": len(plain) if isinstance(plain, list) else None}
+    finally:
+        executor.shutdown()
+    if spec["tp"] == 1:
+        from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+        uni_args = EngineArgs(model=spec["model"], enforce_eager=True, max_model_len=256,
+                              worker_extension_cls=EXTENSION, distributed_executor_backend="uni")
+        uni = UniProcExecutor(uni_args.create_engine_config())
+        try:
+            params = inspect.signature(uni.collective_rpc).parameters
+            out["uniproc"] = {"without_rank": _shape(uni.collective_rpc("compat_reply_marker"), marker),
+                              "accepts_rank": "unique_reply_rank" in params}
+        finally:
+            uni.shutdown()
+    return out
+
+
+def _find_core(llm: Any) -> Any:
+    """The in-process EngineCore behind an LLM (VLLM_ENABLE_V1_MULTIPROCESSING=0)."""
+    stack, seen = [llm], set()
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if hasattr(obj, "model_executor") and hasattr(obj, "scheduler"):
+            return obj
+        for name in ("llm_engine", "engine_core"):
+            if hasattr(obj, name):
+                stack.append(getattr(obj, name))
+    raise RuntimeError("cannot find the in-process engine core (is VLLM_ENABLE_V1_MULTIPROCESSING=0 set?)")
+
+
+def _record_startup(calls: list[str]) -> list[tuple[Any, str, Any]]:
+    """Wrap every public executor method and every vLLM function the engine core module calls by name."""
+    import vllm.v1.engine.core as core_module
+    from vllm.v1.executor.abstract import Executor
+
+    targets = [(Executor, name) for name, value in vars(Executor).items()
+               if not name.startswith("_") and inspect.isfunction(value) and name != "collective_rpc"]
+    targets += [(core_module, name) for name, value in vars(core_module).items()
+                if inspect.isfunction(value) and getattr(value, "__module__", "").startswith("vllm.")
+                and not getattr(value, "__module__", "").startswith(("vllm.utils", "vllm.logger", "vllm.envs"))]
+    active = [False]
+    patched = []
+    for owner, name in targets:
+        original = getattr(owner, name)
+
+        def wrapper(*args, __original=original, __name=name, **kwargs):
+            if active[0]:
+                calls.append(__name)
+            return __original(*args, **kwargs)
+
+        setattr(owner, name, wrapper)
+        patched.append((owner, name, original))
+    # Only what EngineCore.__init__ does counts as its start-up (the LLM front end calls more later).
+    engine_core = core_module.EngineCore
+    original_init = engine_core.__init__
+
+    def init(self, *args, **kwargs):
+        active[0] = True
+        try:
+            return original_init(self, *args, **kwargs)
+        finally:
+            active[0] = False
+
+    engine_core.__init__ = init
+    patched.append((engine_core, "__init__", original_init))
+    return patched
+
+
+def _model_facts(worker: Any) -> dict:
+    """What the loaded model looks like from inside the worker (runs in the worker)."""
+    from vllm.model_executor.models.interfaces import supports_eagle3
+
+    model = worker.model_runner.model
+    facts: dict[str, Any] = {"class": f"{type(model).__module__}.{type(model).__qualname__}",
+                             "eagle3": bool(supports_eagle3(model))}
+    frontier = [([], model)]
+    while frontier:
+        path, obj = frontier.pop(0)
+        if path and hasattr(obj, "layers"):
+            facts["path"] = path
+            break
+        if len(path) < 3:
+            for name in ("model", "language_model"):
+                child = getattr(obj, name, None)
+                if child is not None:
+                    frontier.append((path + [name], child))
+    base = model
+    for name in facts.get("path", []):
+        base = getattr(base, name)
+    facts["base"] = f"{type(base).__module__}.{type(base).__qualname__}"
+    facts["embedding"] = [m for m in ("embed_input_ids", "get_input_embeddings") if hasattr(base, m)]
+    layer = base.layers[base.start_layer] if hasattr(base, "start_layer") else base.layers[0]
+    facts["layer"] = f"{type(layer).__module__}.{type(layer).__qualname__}"
+    facts["layer_parameters"] = list(inspect.signature(type(layer).forward).parameters)[1:]
+    return facts
+
+
+def engine(spec: dict) -> dict:
+    """One in-process engine: start-up steps, model conventions, execution protocol, block hashing."""
+    from vllm import LLM, SamplingParams
+    from vllm.v1.request import Request
+
+    out: dict[str, Any] = {}
+    calls: list[str] = []
+    patched = _record_startup(calls)
+    try:
+        llm = LLM(model=spec["model"], enforce_eager=True, max_model_len=256, distributed_executor_backend="uni")
+    finally:
+        for owner, name, original in patched:
+            setattr(owner, name, original)
+    out["startup_calls"] = list(dict.fromkeys(calls))
+    core = _find_core(llm)
+    executor = core.model_executor
+    out["model"] = executor.collective_rpc(_model_facts)[0]
+    config = core.vllm_config.cache_config
+    out["prefix_caching"] = bool(config.enable_prefix_caching)
+    block = config.block_size
+    params = SamplingParams(max_tokens=1, temperature=0.0)
+
+    def request(rid: str, tokens: int) -> Any:
+        accepted = inspect.signature(Request).parameters
+        kwargs = {"request_id": rid, "prompt_token_ids": list(range(1, tokens + 1)), "sampling_params": params,
+                  "pooling_params": None}
+        if "eos_token_id" in accepted:
+            kwargs["eos_token_id"] = None
+        return Request(**{k: v for k, v in kwargs.items() if k in accepted})
+
+    # Execution protocol: does execute_model return None, and what does skipping sample_tokens raise?
+    core.scheduler.add_request(request("compat-protocol", 4))
+    scheduled = core.scheduler.schedule()
+    first = executor.execute_model(scheduled)
+    out["protocol"] = {"execute_model_returned_none": first is None}
+    if first is None:
+        try:
+            executor.execute_model(scheduled)
+            out["protocol"]["second_call"] = "no error"
+        except Exception as exc:  # noqa: BLE001 - the error text is the observation
+            out["protocol"]["second_call"] = f"{type(exc).__name__}: {exc}"
+        executor.sample_tokens(None)
+    core.scheduler.finish_requests(["compat-protocol"], _aborted())
+    # Block hashing: a Request without a block hasher whose prompt fills two blocks.
+    try:
+        core.scheduler.add_request(request("compat-hash", 2 * block + 1))
+        core.scheduler.schedule()
+        out["hashing"] = {"failure": "none", "prefix_caching": out["prefix_caching"]}
+    except Exception as exc:  # noqa: BLE001 - the failure is the observation
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        out["hashing"] = {"failure": type(exc).__name__, "message": str(exc), "prefix_caching": out["prefix_caching"],
+                          "where": f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}"}
+    return out
+
+
+def _aborted() -> Any:
+    from vllm.v1.request import RequestStatus
+
+    return RequestStatus.FINISHED_ABORTED
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    result: dict[str, Any] = {"check": spec["check"]}
+    try:
+        import vllm
+
+        result["vllm"] = vllm.__version__
+        result.update(replies(spec) if spec["check"] == "replies" else engine(spec))
+    except BaseException as exc:  # noqa: BLE001 - reported with its traceback to the parent
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()
+    atomic_write_text(Path(argv[1]), json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
