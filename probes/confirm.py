@@ -23,10 +23,9 @@ class ConfirmProbe(Probe):
                                    lambda s: protocol.read(s, EXECUTOR, ctx.worker_class))
         static_hashing = ctx.fact("hashing", lambda s: hashing.read(s, "vllm.config.CacheConfig",
                                                                     "vllm.v1.request.Request"))
-        static_model = ctx.fact("model:LlamaForCausalLM", lambda s: models.read(s, "LlamaForCausalLM"))
         static_startup = ctx.fact("startup", startup.read)
         steps = [s for s in static_startup.get("steps", []) if s["kind"] in ("executor", "function")]
-        observed = confirm.observe(ctx.confirm_timeout)
+        observed = confirm.observe(ctx.confirm_timeout, architectures=ctx.architectures)
         ctx.confirmed = {}
         for tp in (1, 2):
             yield from self._replies(ctx, tp, static_replies, observed[f"replies_tp{tp}"])
@@ -41,22 +40,29 @@ class ConfirmProbe(Probe):
             yield self._compare(ctx, "hashing", "a Request without block hasher fails in cache_full_blocks with",
                                 static_hashing.get("failure"), engine["hashing"]["failure"],
                                 where=engine["hashing"].get("where"))
-        model = engine["model"]
-        for label, static_value, runtime_value in (
-                ("path to the decoder stack", static_model.get("path"), model.get("path")),
-                ("base model class", static_model.get("base"), model.get("base")),
-                ("embedding methods", sorted(static_model.get("embedding", {})), sorted(model.get("embedding", []))),
-                ("decoder layer class", (static_model.get("layer") or {}).get("class"), model.get("layer")),
-                ("decoder layer parameters", [p[0] for p in (static_model.get("layer") or {}).get("parameters", [])],
-                 model.get("layer_parameters")),
-                ("supports_eagle3", static_model.get("eagle3"), model.get("eagle3"))):
-            yield self._compare(ctx, "model", f"LlamaForCausalLM {label}", static_value, runtime_value)
+        for arch, seen in observed["models"].items():
+            if "error" in seen:
+                yield self._error(ctx, f"model {arch}", seen)
+                continue
+            yield from self._model(ctx, arch, seen["model"])
         listed = {s["name"] for s in steps}
         taken = [name for name in engine["startup_calls"] if name in listed or name in engine["startup_calls"]]
         missed = sorted({name for name in taken if name not in listed} - {"shutdown"})
         yield self._compare(ctx, "startup", "start-up steps the engine took that the static reading does not list",
                             [], missed, extra=(("taken", ", ".join(taken)),
                                                ("listed_not_taken", ", ".join(sorted(listed - set(taken))))))
+
+    def _model(self, ctx: ProbeContext, arch: str, model: dict) -> Iterable[Finding]:
+        static = ctx.fact(f"model:{arch}", lambda s: models.read(s, arch))
+        for label, static_value, runtime_value in (
+                ("path to the decoder stack", static.get("path"), model.get("path")),
+                ("base model class", static.get("base"), model.get("base")),
+                ("embedding methods", sorted(static.get("embedding", {})), sorted(model.get("embedding", []))),
+                ("decoder layer class", (static.get("layer") or {}).get("class"), model.get("layer")),
+                ("decoder layer parameters", [p[0] for p in (static.get("layer") or {}).get("parameters", [])],
+                 model.get("layer_parameters")),
+                ("supports_eagle3", static.get("eagle3"), model.get("eagle3"))):
+            yield self._compare(ctx, "model", f"{arch} {label}", static_value, runtime_value)
 
     def _protocol_text(self, facts: dict, engine: dict) -> tuple[tuple[str, str], ...]:
         second = engine["protocol"].get("second_call")

@@ -65,7 +65,9 @@ def test_runtime_confirmation_agrees_with_every_static_verdict_tp1_and_tp2(tmp_p
     assert disagreements == []
     labels = " | ".join(f["symbol"] for f in confirmations)
     for expected in ("with rank (tensor parallel 1)", "with rank (tensor parallel 2)", "two-phase",
-                     "cache_full_blocks", "path to the decoder stack", "supports_eagle3", "start-up steps"):
+                     "cache_full_blocks", "LlamaForCausalLM path to the decoder stack", "supports_eagle3",
+                     "start-up steps", "Qwen3ForCausalLM decoder layer class",
+                     "DeepseekV3ForCausalLM decoder layer parameters"):
         assert expected in labels
     # Each semantic finding carries the runtime verdict next to the static one.
     for f in report["findings"]:

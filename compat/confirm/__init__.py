@@ -65,12 +65,19 @@ def run_child(spec: dict, timeout: float = DEFAULT_TIMEOUT_S) -> dict:
         return result
 
 
+# Architectures the tiny-model builder makes, by the registry name vLLM dispatches on.
+TINY = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "DeepseekV3ForCausalLM": "deepseek_v3"}
+
+
 def observe(timeout: float = DEFAULT_TIMEOUT_S, tensor_parallel: tuple[int, ...] = (1, 2),
-            model: Path | None = None) -> dict:
+            architectures: tuple[str, ...] = ("LlamaForCausalLM",)) -> dict:
     """Everything the confirmation needs from real engines, one child process per engine shape."""
-    model = model or tiny_model("llama")
-    observed = {f"replies_tp{tp}": run_child({"check": "replies", "model": str(model), "tp": tp}, timeout)
-                for tp in tensor_parallel}
+    model = tiny_model("llama")
+    observed: dict = {f"replies_tp{tp}": run_child({"check": "replies", "model": str(model), "tp": tp}, timeout)
+                      for tp in tensor_parallel}
     observed["engine"] = run_child({"check": "engine", "model": str(model)}, timeout)
-    observed["model_dir"] = str(model)
+    observed["models"] = {"LlamaForCausalLM": observed["engine"]}
+    for arch in architectures:
+        if arch in TINY and arch not in observed["models"]:
+            observed["models"][arch] = run_child({"check": "model", "model": str(tiny_model(TINY[arch]))}, timeout)
     return observed

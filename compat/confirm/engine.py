@@ -204,6 +204,14 @@ def engine(spec: dict) -> dict:
     return out
 
 
+def model_only(spec: dict) -> dict:
+    """Load one tiny model in an in-process engine and read its conventions from inside the worker."""
+    from vllm import LLM
+
+    llm = LLM(model=spec["model"], enforce_eager=True, max_model_len=256, distributed_executor_backend="uni")
+    return {"model": _find_core(llm).model_executor.collective_rpc(_model_facts)[0]}
+
+
 def _aborted() -> Any:
     from vllm.v1.request import RequestStatus
 
@@ -217,7 +225,8 @@ def main(argv: list[str]) -> int:
         import vllm
 
         result["vllm"] = vllm.__version__
-        result.update(replies(spec) if spec["check"] == "replies" else engine(spec))
+        checks = {"replies": replies, "engine": engine, "model": model_only}
+        result.update(checks[spec["check"]](spec))
     except BaseException as exc:  # noqa: BLE001 - reported with its traceback to the parent
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc()
