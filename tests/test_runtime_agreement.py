@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import ast
-
 import pytest
 
 from compat.probe import ProbeContext
 from compat.signature import Signature
 from compat.surface import Found
 from compat.touchpoints import Kind, Ref
+
+from .signature_views import views
 
 pytestmark = [pytest.mark.runtime, pytest.mark.network]
 
@@ -21,19 +21,6 @@ def surfaces():
 
     runtime = RuntimeSurface()
     return runtime, runtime.static
-
-
-def comparable(sig: Signature) -> list[tuple]:
-    out = []
-    for p in sig.parameters:
-        default = None
-        if p.default is not None:
-            try:
-                default = repr(ast.literal_eval(p.default))
-            except (ValueError, SyntaxError):
-                default = "<factory>" if p.default == "<factory>" else "<non-literal>"
-        out.append((p.name, p.kind.value, p.has_default, default))
-    return out
 
 
 def test_static_and_runtime_agree_on_every_signature_speculators_touches(speculators_scan, surfaces):
@@ -53,10 +40,7 @@ def test_static_and_runtime_agree_on_every_signature_speculators_touches(specula
             # Only objects whose class neither reading can know (the model behind model_runner) may differ.
             assert "model_runner" in tp.symbol, (tp, sigs)
             continue
-        s, r = (comparable(x) for x in sigs)
-        for i, (a, b) in enumerate(zip(s, r)):
-            if a[3] == "<non-literal>" and b[2]:
-                s[i] = a[:3] + (b[3],)
+        s, r = views(*sigs)
         assert s == r, f"{tp.symbol} at {tp.location}\nstatic : {sigs[0]}\nruntime: {sigs[1]}"
         compared += 1
     assert compared >= 25

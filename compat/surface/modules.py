@@ -115,7 +115,7 @@ def _collect(info: ModuleInfo, body: list[ast.stmt], out: dict[str, Binding], ty
             if isinstance(stmt, ast.AnnAssign) and stmt.value is None:
                 continue
             for target in targets:
-                for name in _target_names(target):
+                for name in target_names(target):
                     out[name] = Binding("assign", stmt)
             value = stmt.value
             if runtime and isinstance(value, ast.Dict):
@@ -152,11 +152,11 @@ def _collect_alternative(info: ModuleInfo, body: list[ast.stmt], out: dict[str, 
             out[name] = binding
 
 
-def _target_names(target: ast.expr) -> list[str]:
+def target_names(target: ast.expr) -> list[str]:
     if isinstance(target, ast.Name):
         return [target.id]
     if isinstance(target, (ast.Tuple, ast.List)):
-        return [n for e in target.elts for n in _target_names(e)]
+        return [n for e in target.elts for n in target_names(e)]
     return []
 
 

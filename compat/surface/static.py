@@ -17,7 +17,7 @@ from pathlib import Path
 from compat.signature import Signature
 from compat.surface import BuildInfo, Found, Lookup, Missing, Unresolved
 from compat.surface.callables import CallableReader
-from compat.surface.modules import Binding, ModuleInfo, SourceIndex
+from compat.surface.modules import Binding, ModuleInfo, SourceIndex, target_names
 from compat.touchpoints import Location
 
 # Bases that add no members a consumer could reach and no constructor parameters.
@@ -234,7 +234,7 @@ class StaticSurface:
                 found = Found(path, _method_kind(stmt), loc, handle=("method", cls, stmt))
             elif isinstance(stmt, ast.ClassDef) and stmt.name == name:
                 found = Found(path, "class", loc, handle=("class", cls.module, stmt))
-            elif isinstance(stmt, ast.Assign) and name in [n for t in stmt.targets for n in _names(t)]:
+            elif isinstance(stmt, ast.Assign) and name in [n for t in stmt.targets for n in target_names(t)]:
                 found = Found(path, "attribute", loc, handle=("classattr", cls, stmt))
             elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
                 found = Found(path, "attribute", loc, handle=("classattr", cls, stmt))
@@ -267,7 +267,7 @@ class StaticSurface:
                              handle=("slot", cls, slots.handle[2]))
         return None
 
-    def member_names(self, owner: Found) -> tuple[str, ...]:
+    def membertarget_names(self, owner: Found) -> tuple[str, ...]:
         """Names reachable on a class (class body and instance attributes along the MRO) or module."""
         if owner.kind == "module" and owner.handle:
             info = owner.handle[1]
@@ -281,7 +281,7 @@ class StaticSurface:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     names.add(stmt.name)
                 elif isinstance(stmt, ast.Assign):
-                    names.update(n for t in stmt.targets for n in _names(t))
+                    names.update(n for t in stmt.targets for n in target_names(t))
                 elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                     names.add(stmt.target.id)
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and _self_name(stmt):
@@ -429,14 +429,6 @@ def _method_kind(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
         if name in ("setter", "getter", "deleter"):
             return "property"
     return "method"
-
-
-def _names(target: ast.expr) -> list[str]:
-    if isinstance(target, ast.Name):
-        return [target.id]
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return [n for e in target.elts for n in _names(e)]
-    return []
 
 
 def _flatten(target: ast.expr) -> list[ast.expr]:

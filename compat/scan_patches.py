@@ -1,0 +1,52 @@
+"""A consumer function installed as a model's forward: what it does with the model, read from its body."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from compat.signature import CallShape
+from compat.touchpoints import Location, ModelPatch, Ref, SelfUse
+
+if TYPE_CHECKING:
+    from compat.scan import _TreeScanner
+
+
+def model_patch(scanner: _TreeScanner, function: str, where: Location, target: Ref | None, code: str) -> ModelPatch:
+    """What a replacement forward does with the model it is bound to, read from its body."""
+    node = scanner.functions[function]
+    relpath = scanner.function_files[function]
+    params = [a.arg for a in node.args.posonlyargs + node.args.args]
+    self_name = params[0] if params else "self"
+    uses: list[SelfUse] = []
+    layer_names: set[str] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.For, ast.comprehension)) and any(
+                isinstance(n, ast.Attribute) and n.attr == "layers" and isinstance(n.value, ast.Name)
+                and n.value.id == self_name for n in ast.walk(sub.iter)):
+            target_node = sub.target
+            if isinstance(target_node, ast.Tuple) and target_node.elts:
+                target_node = target_node.elts[-1]
+            if isinstance(target_node, ast.Name):
+                layer_names.add(target_node.id)
+    called = set()
+    layer_calls: list[SelfUse] = []
+    for sub in ast.walk(node):
+        if not isinstance(sub, ast.Call):
+            continue
+        func = sub.func
+        shape = CallShape(sum(1 for a in sub.args if not isinstance(a, ast.Starred)),
+                          tuple(k.arg for k in sub.keywords if k.arg),
+                          any(isinstance(a, ast.Starred) for a in sub.args), any(k.arg is None for k in sub.keywords))
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == self_name:
+            uses.append(SelfUse(func.attr, Location(relpath, sub.lineno), shape))
+            called.add(id(func))
+        elif isinstance(func, ast.Name) and func.id in layer_names:
+            layer_calls.append(SelfUse(func.id, Location(relpath, sub.lineno), shape))
+    for sub in ast.walk(node):
+        if (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == self_name
+                and id(sub) not in called and isinstance(sub.ctx, ast.Load)):
+            uses.append(SelfUse(sub.attr, Location(relpath, sub.lineno)))
+    uses.sort(key=lambda u: (u.location.line, u.name))
+    return ModelPatch(function, where, target, Location(relpath, node.lineno), tuple(params[1:]),
+                      node.args.kwarg is not None, len(node.args.defaults), tuple(uses), tuple(layer_calls), code)
