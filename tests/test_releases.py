@@ -37,6 +37,13 @@ EXPECTED_FIRST = {
 }
 
 
+@pytest.mark.parametrize("version", ["0.11.0", "0.32.0", "0.33.0"])
+def test_no_probe_errors(audit, version):
+    """Every probe runs to a verdict on real releases: no crash, no unreadable build."""
+    errors = [(f.probe, f.message) for f in audit(version).findings if f.status is Status.ERROR]
+    assert errors == []
+
+
 def test_pinned_release_binds_everything(audit):
     """speculators 0.3.0 pinned vllm==0.11.0: nothing it imports or calls is broken there."""
     result = audit("0.11.0")

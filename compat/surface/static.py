@@ -267,7 +267,7 @@ class StaticSurface:
                              handle=("slot", cls, slots.handle[2]))
         return None
 
-    def membertarget_names(self, owner: Found) -> tuple[str, ...]:
+    def member_names(self, owner: Found) -> tuple[str, ...]:
         """Names reachable on a class (class body and instance attributes along the MRO) or module."""
         if owner.kind == "module" and owner.handle:
             info = owner.handle[1]
