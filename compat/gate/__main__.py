@@ -1,0 +1,5 @@
+import sys
+
+from compat.gate.cli import main
+
+sys.exit(main())

@@ -1,0 +1,136 @@
+"""``python -m compat.gate PATH...``: check hidden-state files (shapes, dtypes, counts; values; a reference).
+
+Exit codes: 0 nothing failing, 1 a rule failed, 2 the gate could not run (missing path, unreadable model
+config, unknown layout or rule...). The gate never modifies, moves or deletes the files it checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from compat.cache import atomic_write_text
+from compat.errors import CompatError
+from compat.gate.layouts import Layout
+from compat.gate.reference import NUMBERINGS
+from compat.gate.rules import RULES
+from compat.gate.runner import GateOptions, run_gate
+from compat.gate.values import NONFINITE_POLICIES
+from compat.report import Format, render
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's errors become one line and exit code 2, like every other bad input."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise CompatError(message)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.replace(",", " ").split())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from exc
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m compat.gate", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="*", type=Path, help="files or directories of hidden-state files")
+    p.add_argument("--layout", help=f"force a layout: {', '.join(x.value for x in Layout)} (default: detect)")
+    p.add_argument("--model", type=Path, help="model directory or config.json: hidden size, dtype, vocabulary")
+    p.add_argument("--hidden-size", type=int, help="expected hidden size (overrides --model)")
+    p.add_argument("--dtype", help="expected dtype of the layers (overrides the model config's)")
+    p.add_argument("--layers", type=int, help="expected number of layers per sample")
+    p.add_argument("--layer-ids", type=_int_list, help="the layer ids extracted, e.g. 2,16,29,31")
+    p.add_argument("--values", action="store_true",
+                   help="read tensor values too: finite, no all-zero layer, no duplicate layer, plausible order")
+    p.add_argument("--nonfinite", default="fail",
+                   help=f"NaN/Inf policy with --values: {', '.join(NONFINITE_POLICIES)} (default fail)")
+    p.add_argument("--reference", type=Path, metavar="MODEL_DIR",
+                   help="recompute a sample of files with HF transformers on these weights and compare")
+    p.add_argument("--reference-samples", type=int, default=4, help="samples to recompute (default 4)")
+    p.add_argument("--layer-numbering", default="auto",
+                   help="what layer id k means: output (of decoder layer k; speculators), input (state entering "
+                        "layer k; vLLM), auto (by layout; default)")
+    p.add_argument("--max-rel", type=float, help="reference: largest relative L2 error accepted (default by dtype)")
+    p.add_argument("--min-cos", type=float, help="reference: smallest per-token cosine accepted (default by dtype)")
+    p.add_argument("--ignore", action="append", default=[], metavar="RULE", help="skip a rule (repeatable)")
+    p.add_argument("--strict", action="store_true", help="count unknown findings as failures")
+    p.add_argument("--format", default=Format.TERMINAL.value, help=f"{', '.join(f.value for f in Format)}")
+    p.add_argument("--output", type=Path, help="write the report to this file instead of standard output")
+    p.add_argument("--show-ok", action="store_true", help="list files that passed too")
+    p.add_argument("--color", default="auto", help="auto, always, never")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (it is drawn only on a terminal)")
+    p.add_argument("--list-rules", action="store_true", help="list the rules and exit")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks for internal errors")
+    return p
+
+
+def _choice(value: str, allowed, flag: str) -> str:
+    if value not in allowed:
+        raise CompatError(f"{flag} {value!r}: choose one of {', '.join(allowed)}")
+    return value
+
+
+def options_from(args: argparse.Namespace) -> GateOptions:
+    if not args.paths:
+        raise CompatError("no PATH given: name hidden-state files or directories to check")
+    layout = Layout(_choice(args.layout, [x.value for x in Layout], "--layout")) if args.layout else None
+    for name, value in (("--hidden-size", args.hidden_size), ("--layers", args.layers)):
+        if value is not None and value <= 0:
+            raise CompatError(f"{name} {value}: must be positive")
+    if args.reference is not None and not (args.reference / "config.json").is_file():
+        raise CompatError(f"--reference {args.reference}: not a model directory (no config.json)")
+    return GateOptions(
+        paths=tuple(args.paths), layout=layout, model=args.model, hidden_size=args.hidden_size, dtype=args.dtype,
+        layers=args.layers, layer_ids=args.layer_ids, values=args.values,
+        nonfinite=_choice(args.nonfinite, NONFINITE_POLICIES, "--nonfinite"), reference=args.reference,
+        reference_samples=args.reference_samples,
+        layer_numbering=_choice(args.layer_numbering, NUMBERINGS, "--layer-numbering"), max_rel=args.max_rel,
+        min_cos=args.min_cos, ignore=frozenset(args.ignore), strict=args.strict)
+
+
+def main(argv: list[str] | None = None) -> int:
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser().parse_args(argv)
+        if args.list_rules:
+            for name, text in RULES.items():
+                print(f"{name:16} {text}")
+            return 0
+        fmt = Format(_choice(args.format, [f.value for f in Format], "--format"))
+        _choice(args.color, ["auto", "always", "never"], "--color")
+        options = options_from(args)
+        from compat.gate.progress import ProgressBar
+
+        result = run_gate(options, ProgressBar.for_terminal(not args.no_progress))
+        color = args.color == "always" or (args.color == "auto" and args.output is None and sys.stdout.isatty()
+                                           and not os.environ.get("NO_COLOR"))
+        text = render(result, fmt, color=color and fmt is Format.TERMINAL, show_ok=args.show_ok)
+        if args.output:
+            atomic_write_text(args.output, text)
+        else:
+            sys.stdout.write(text)
+        return result.exit_code
+    except CompatError as exc:
+        print(f"compat.gate: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("compat.gate: interrupted", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - an internal error still ends with one clear line
+        if debug:
+            traceback.print_exc()
+        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        where = f" at {frame.filename}:{frame.lineno}" if frame else ""
+        print(f"compat.gate: internal error: {type(exc).__name__}: {exc}{where} (rerun with --debug for the "
+              "traceback)", file=sys.stderr)
+        return 2
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""What the files should contain: hidden size, dtype, layer count and ids, each with where it came from.
+
+Sources, strongest first: command-line flags; the model's ``config.json`` (``--model``, else
+``--reference``); speculators' ``data_config.json`` beside the files. What none of them states is taken
+from the dataset itself (what most samples have) when the rules run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from compat.errors import CompatError
+from compat.gate.tensors import canonical_dtype
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Expected(Generic[T]):
+    value: T
+    source: str
+
+    def as_dict(self) -> dict[str, Any]:
+        value = list(self.value) if isinstance(self.value, tuple) else self.value
+        return {"value": value, "source": self.source}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The few config.json facts the gate uses."""
+
+    path: Path
+    hidden_size: int | None
+    num_layers: int | None
+    dtype: str | None
+    vocab_size: int | None
+    model_type: str | None
+
+
+@dataclass(frozen=True)
+class Expectations:
+    hidden_size: Expected[int] | None = None
+    dtype: Expected[str] | None = None
+    layers: Expected[int] | None = None
+    layer_ids: Expected[tuple[int, ...]] | None = None
+    vocab_size: Expected[int] | None = None
+    model: ModelInfo | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {}
+        for name in ("hidden_size", "dtype", "layers", "layer_ids", "vocab_size"):
+            value = getattr(self, name)
+            out[name] = value.as_dict() if value is not None else None
+        return out
+
+
+def _text_config(data: dict) -> dict:
+    # Multimodal wrappers (Kimi-K2.5, Llama-4, Qwen-VL...) keep the language model's sizes in text_config.
+    inner = data.get("text_config") or data.get("language_config")
+    return inner if isinstance(inner, dict) else {}
+
+
+def read_model_config(path: Path) -> ModelInfo:
+    """A model directory or its config.json; bad input raises CompatError (one line, exit 2)."""
+    config = path / "config.json" if path.is_dir() else path
+    if not config.exists():
+        raise CompatError(f"--model {path}: no config.json there")
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CompatError(f"--model {config}: unreadable config ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(data, dict):
+        raise CompatError(f"--model {config}: not a JSON object")
+    text = _text_config(data)
+
+    def pick(*keys: str) -> Any:
+        for source in (data, text):
+            for key in keys:
+                if source.get(key) is not None:
+                    return source[key]
+        return None
+
+    dtype = pick("dtype", "torch_dtype")
+    try:
+        dtype = canonical_dtype(dtype) if dtype not in (None, "auto") else None
+    except CompatError as exc:
+        raise CompatError(f"--model {config}: {exc}") from exc
+    return ModelInfo(config, pick("hidden_size"), pick("num_hidden_layers", "n_layers"), dtype,
+                     pick("vocab_size"), pick("model_type"))
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """speculators 0.3.0's ``data_config.json`` (written by ``DataGenerationConfig``)."""
+
+    path: Path
+    layer_ids: tuple[int, ...] | None
+    hidden_size: int | None
+    target_model: str | None
+
+
+def read_data_config(path: Path) -> DataConfig:
+    try:
+        data = json.loads(path.read_text())
+        layer_ids = data.get("hidden_states", {}).get("layer_ids")
+        model = data.get("model", {})
+        return DataConfig(path, tuple(int(i) for i in layer_ids) if layer_ids else None, model.get("hidden_size"),
+                          model.get("target_model_path"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
+        raise CompatError(f"{path}: unreadable speculators data_config.json ({type(exc).__name__}: {exc})") from exc
+
+
+def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: int | None = None,
+          layer_ids: tuple[int, ...] | None = None, model: ModelInfo | None = None,
+          data_config: DataConfig | None = None) -> Expectations:
+    """Combine flags, model config and data_config.json; conflicting flags raise CompatError."""
+    out: dict[str, Any] = {"model": model}
+    if hidden_size is not None:
+        out["hidden_size"] = Expected(hidden_size, "--hidden-size")
+    elif model is not None and model.hidden_size:
+        out["hidden_size"] = Expected(int(model.hidden_size), f"hidden_size in {model.path}")
+    elif data_config is not None and data_config.hidden_size:
+        out["hidden_size"] = Expected(int(data_config.hidden_size), f"model.hidden_size in {data_config.path}")
+    if dtype is not None:
+        out["dtype"] = Expected(canonical_dtype(dtype), "--dtype")
+    elif model is not None and model.dtype:
+        out["dtype"] = Expected(model.dtype, f"dtype in {model.path}")
+    if layer_ids is not None:
+        out["layer_ids"] = Expected(tuple(layer_ids), "--layer-ids")
+    elif data_config is not None and data_config.layer_ids:
+        out["layer_ids"] = Expected(data_config.layer_ids, f"hidden_states.layer_ids in {data_config.path}")
+    if layers is not None:
+        if layer_ids is not None and len(layer_ids) != layers:
+            raise CompatError(f"--layers {layers} contradicts --layer-ids (which names {len(layer_ids)})")
+        out["layers"] = Expected(layers, "--layers")
+    elif "layer_ids" in out:
+        ids = out["layer_ids"]
+        out["layers"] = Expected(len(ids.value), ids.source)
+    if model is not None and model.vocab_size:
+        out["vocab_size"] = Expected(int(model.vocab_size), f"vocab_size in {model.path}")
+    if model is not None and model.num_layers and "layer_ids" in out:
+        bad = [i for i in out["layer_ids"].value if not 0 <= i < model.num_layers]
+        if bad:
+            raise CompatError(f"layer ids {bad} ({out['layer_ids'].source}) are outside the model's "
+                              f"{model.num_layers} decoder layers")
+    return Expectations(**out)

@@ -1,0 +1,135 @@
+"""``GateResult``: the gate's findings and summary, rendered by ``compat.report`` like the audit's.
+
+JSON schema ``compat.gate/1`` (``as_json``)::
+
+    {"schema": "compat.gate/1", "generated_by": "compat X.Y.Z",
+     "paths": [str], "source_root": str,
+     "options": {"layout", "values", "nonfinite", "reference", "reference_samples", "layer_numbering",
+                 "ignore", "strict"},
+     "expected": {"hidden_size" | "dtype" | "layers" | "layer_ids" | "vocab_size": {"value", "source"} | null},
+     "summary": {"files", "samples", "tokens", "bytes", "value_bytes", "seconds",
+                 "layouts": {layout: files}, "failures_by_rule": {rule: n},
+                 "skipped_samples": [location], "ok", "broken", "changed", "unknown", "error", "allowed",
+                 "exit_code", "strict"},
+     "reference": null | {"model", "numbering", "samples": [{"sample", "layers": [{"slot", "layer_id",
+                 "state", "max_rel", "rel", "min_cos", "best_state", "best_rel"}]}]},
+     "notes": [str],
+     "findings": [Finding.as_dict()]}
+
+A finding's ``probe`` is the rule name, ``symbol`` the file (``file#sample`` for list files),
+``consumer_location`` the path relative to ``source_root`` (``path:sample``), ``vllm_location`` null,
+``evidence.expected`` / ``evidence.found`` the two sides of the check.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from compat import __version__
+from compat.findings import Finding, Status
+from compat.gate.expect import Expectations
+
+SCHEMA = "compat.gate/1"
+
+
+@dataclass(frozen=True)
+class GateSummary:
+    files: int = 0
+    samples: int = 0
+    tokens: int = 0
+    bytes: int = 0
+    """Size of the files checked."""
+    value_bytes: int = 0
+    """Tensor bytes read by --values (0 without it)."""
+    seconds: float = 0.0
+    layouts: tuple[tuple[str, int], ...] = ()
+    skipped_samples: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GateResult:
+    findings: tuple[Finding, ...]
+    summary: GateSummary
+    expected: Expectations
+    paths: tuple[str, ...]
+    source_root: str
+    options: dict[str, Any] = field(default_factory=dict)
+    reference: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
+    strict: bool = False
+
+    tool = "compat.gate"
+
+    def counts(self) -> dict[str, int]:
+        counts = {s.value: 0 for s in Status}
+        for f in self.findings:
+            counts[f.status.value] += 1
+        counts["allowed"] = sum(1 for f in self.findings if f.allowed)
+        return counts
+
+    def failing(self) -> list[Finding]:
+        bad = {Status.BROKEN, Status.ERROR} | ({Status.UNKNOWN} if self.strict else set())
+        return [f for f in self.findings if f.status in bad and not f.allowed]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failing() else 0
+
+    def failures_by_rule(self) -> dict[str, int]:
+        return dict(sorted(Counter(f.probe for f in self.failing()).items()))
+
+    def title(self) -> str:
+        s = self.summary
+        return f"{s.files} hidden-state files, {s.samples} samples under {self.source_root}"
+
+    def facts(self) -> list[tuple[str, str]]:
+        s = self.summary
+        rate = f", {s.files / s.seconds:,.0f} files/s" if s.seconds > 0 else ""
+        checked = f"{s.files} files, {s.samples} samples, {s.tokens:,} tokens, {_size(s.bytes)}"
+        if s.value_bytes:
+            checked += f" ({_size(s.value_bytes)} of tensor values read)"
+        facts = [("checked", f"{checked} in {s.seconds:.2f} s{rate}"),
+                 ("layouts", ", ".join(f"{name}: {n}" for name, n in s.layouts) or "-")]
+        e = self.expected
+        for label, value in (("hidden", e.hidden_size), ("dtype", e.dtype), ("layers", e.layers),
+                             ("layer ids", e.layer_ids)):
+            if value is not None:
+                shown = list(value.value) if isinstance(value.value, tuple) else value.value
+                facts.append((label, f"{shown} ({value.source})"))
+        if self.reference:
+            facts.append(("reference", f"{self.reference['model']}: {self.reference['numbering']}"))
+        failures = self.failures_by_rule()
+        if failures:
+            facts.append(("failures", ", ".join(f"{rule}: {n}" for rule, n in failures.items())))
+        if s.skipped_samples:
+            facts.append(("skipped", f"{len(s.skipped_samples)} samples (--nonfinite skip)"))
+        facts += [("note", n) for n in self.notes]
+        return facts
+
+    def as_json(self) -> dict[str, Any]:
+        s = self.summary
+        return {
+            "schema": SCHEMA,
+            "generated_by": f"compat {__version__}",
+            "paths": list(self.paths),
+            "source_root": self.source_root,
+            "options": self.options,
+            "expected": self.expected.as_dict(),
+            "summary": {"files": s.files, "samples": s.samples, "tokens": s.tokens, "bytes": s.bytes,
+                        "value_bytes": s.value_bytes, "seconds": round(s.seconds, 4), "layouts": dict(s.layouts),
+                        "failures_by_rule": self.failures_by_rule(), "skipped_samples": list(s.skipped_samples),
+                        **self.counts(), "exit_code": self.exit_code, "strict": self.strict},
+            "reference": self.reference,
+            "notes": list(self.notes),
+            "findings": [f.as_dict() for f in self.findings],
+        }
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
