@@ -246,8 +246,27 @@ def load_torch(path: str | os.PathLike) -> Any:
         return torch.load(path, map_location="cpu", weights_only=True)
 
 
+def _torch_error(exc: Exception) -> str:
+    """The informative sentence of torch.load's long error texts."""
+    text = str(exc)
+    if "WeightsUnpickler error:" in text:
+        reason = text.split("WeightsUnpickler error:", 1)[1].strip().split("\n")[0].split(". Please")[0]
+        return f"torch.load(weights_only=True) refused to unpickle it: {reason}"
+    first = " ".join(text.split()).split(". ")[0][:240] or "(no message)"
+    return f"torch.load(weights_only=True) failed: {first}"
+
+
 def read_torch(path: str, forced: Layout | None, hidden_size: int | None) -> FileView:
     size = _size(path)
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        return FileView(path, size, failure=ReadFailure(f"cannot open: {exc.strerror or exc}", type(exc).__name__))
+    if magic[:2] != b"PK" and magic[:1] != b"\x80":
+        # torch.save writes a zip archive (or, before 1.6, a pickle stream): anything else is another format.
+        return FileView(path, size, failure=ReadFailure(
+            f"not a torch.save file (a zip archive or pickle stream): it starts with {magic!r}", "FormatError"))
     try:
         obj = load_torch(path)
         items = list(enumerate(obj)) if isinstance(obj, (list, tuple)) else [(None, obj)]
@@ -257,9 +276,8 @@ def read_torch(path: str, forced: Layout | None, hidden_size: int | None) -> Fil
     except ReadError as exc:
         return FileView(path, size, failure=ReadFailure(str(exc), "LayoutMismatch"))
     except Exception as exc:  # noqa: BLE001 - any failure to load is a finding about this file, not a crash
-        first = " ".join(str(exc).split())[:300] or "(no message)"
-        return FileView(path, size, failure=ReadFailure(f"torch.load(weights_only=True) failed: {first}",
-                                                        type(exc).__name__, traceback.format_exc()))
+        return FileView(path, size, failure=ReadFailure(_torch_error(exc), type(exc).__name__,
+                                                        traceback.format_exc()))
     return FileView(path, size, samples)
 
 
