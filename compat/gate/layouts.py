@@ -187,15 +187,19 @@ def _speculators_sample(path: str, index: int | None, obj: dict) -> SampleView:
                       problems=tuple(problems))
 
 
-def _eagle_sample(path: str, index: int | None, obj: dict, hidden_size: int | None) -> SampleView:
+def _eagle_sample(path: str, index: int | None, obj: dict, hidden_size: int | None,
+                  layers_expected: int | None) -> SampleView:
     problems: list[Problem] = []
     hs = _info("hidden_state", obj["hidden_state"])
     layers: list[TensorInfo] = []
+    n = hs.shape[1] // hidden_size if hs is not None and len(hs.shape) == 2 and hidden_size else 0
+    # EAGLE-3 / speculators "v0" put several layers side by side: [T, n * H]. A width that is a multiple of
+    # the hidden size is read so, unless the expected layer count says otherwise.
+    concatenated = n > 1 and hs is not None and hs.shape[1] == n * (hidden_size or 0) and (
+        layers_expected is None or layers_expected == n + ("target" in obj))
     if hs is None:
         problems.append(Problem("layout", f"hidden_state is a {type(obj['hidden_state']).__name__}, not a tensor"))
-    elif len(hs.shape) == 2 and hidden_size and hs.shape[1] % hidden_size == 0 and hs.shape[1] > hidden_size:
-        # EAGLE-3 / speculators "v0": several layers concatenated along the feature axis.
-        n = hs.shape[1] // hidden_size
+    elif concatenated and hidden_size:
         layers += [TensorInfo(f"hidden_state[:, {i * hidden_size}:{(i + 1) * hidden_size}]", hs.dtype,
                               (hs.shape[0], hidden_size)) for i in range(n)]
     else:
@@ -214,7 +218,7 @@ def _eagle_sample(path: str, index: int | None, obj: dict, hidden_size: int | No
 
 
 def sample_from_object(path: str, index: int | None, obj: Any, forced: Layout | None,
-                       hidden_size: int | None) -> SampleView:
+                       hidden_size: int | None, layers: int | None = None) -> SampleView:
     if not isinstance(obj, dict):
         raise ReadError(f"holds a {type(obj).__name__}, not a dict of tensors (nor a list of such dicts)")
     layout = classify(obj)
@@ -226,7 +230,7 @@ def sample_from_object(path: str, index: int | None, obj: Any, forced: Layout | 
     if layout is Layout.SPECULATORS_PT:
         return _speculators_sample(path, index, obj)
     if layout is Layout.EAGLE:
-        return _eagle_sample(path, index, obj, hidden_size)
+        return _eagle_sample(path, index, obj, hidden_size, layers)
     hs = _info("hidden_states", obj["hidden_states"])
     if hs is None:
         raise ReadError(f"hidden_states is a {type(obj['hidden_states']).__name__}, not a tensor")
@@ -256,7 +260,7 @@ def _torch_error(exc: Exception) -> str:
     return f"torch.load(weights_only=True) failed: {first}"
 
 
-def read_torch(path: str, forced: Layout | None, hidden_size: int | None) -> FileView:
+def read_torch(path: str, forced: Layout | None, hidden_size: int | None, layers: int | None) -> FileView:
     size = _size(path)
     try:
         with open(path, "rb") as handle:
@@ -272,7 +276,7 @@ def read_torch(path: str, forced: Layout | None, hidden_size: int | None) -> Fil
         items = list(enumerate(obj)) if isinstance(obj, (list, tuple)) else [(None, obj)]
         if not items:
             raise ReadError("holds an empty list")
-        samples = tuple(sample_from_object(path, i, item, forced, hidden_size) for i, item in items)
+        samples = tuple(sample_from_object(path, i, item, forced, hidden_size, layers) for i, item in items)
     except ReadError as exc:
         return FileView(path, size, failure=ReadFailure(str(exc), "LayoutMismatch"))
     except Exception as exc:  # noqa: BLE001 - any failure to load is a finding about this file, not a crash
@@ -281,11 +285,15 @@ def read_torch(path: str, forced: Layout | None, hidden_size: int | None) -> Fil
     return FileView(path, size, samples)
 
 
-def read_file(path: str, forced: Layout | None = None, hidden_size: int | None = None) -> FileView:
-    """Read ``path``'s header (or pickle skeleton) into a FileView; never raises for a bad file."""
+def read_file(path: str, forced: Layout | None = None, hidden_size: int | None = None,
+              layers: int | None = None) -> FileView:
+    """Read ``path``'s header (or pickle skeleton) into a FileView; never raises for a bad file.
+
+    ``hidden_size`` and ``layers`` (expected values, if known) only disambiguate EAGLE-3's concatenated layers.
+    """
     if path.endswith(".safetensors"):
         return read_safetensors(path, forced)
-    return read_torch(path, forced, hidden_size)
+    return read_torch(path, forced, hidden_size, layers)
 
 
 def _size(path: str) -> int:

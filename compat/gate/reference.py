@@ -228,7 +228,8 @@ def open_file_sample(view: SampleView):
 
     @contextmanager
     def opened():
-        file = read_file(view.file, view.layout, view.layers[0].shape[-1] if view.layers else None)
+        file = read_file(view.file, view.layout, view.layers[0].shape[-1] if view.layers else None,
+                         len(view.layers))
         with open_file(file) as samples:
             yield next(s for s in samples if s.view.index == view.index)
 

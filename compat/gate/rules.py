@@ -145,7 +145,9 @@ def _token_ids(s: SampleView) -> Verdict | None:
     t = s.token_ids
     name = "token_ids" if s.layout is Layout.VLLM_SAFETENSORS else "input_ids"
     if t is None:
-        return Verdict("token_ids", f"{name} is missing or not a tensor")
+        if any(p.rule == "layout" for p in s.problems):
+            return None  # the layout finding already names the missing key
+        return Verdict("token_ids", f"{name} is not a tensor")
     if len(t.shape) != 1 or t.shape[0] == 0 or t.dtype not in INTEGERS:
         return Verdict("token_ids", f"{name} is {shape_text(t.shape)} {t.dtype}; expected a non-empty 1-D integer "
                        "tensor", "store the prompt's token ids as a 1-D int64 tensor",

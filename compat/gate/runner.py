@@ -139,13 +139,14 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     files, root, data_config = discover(options.paths)
     exp = _expectations(options, data_config)
     hidden_hint = exp.hidden_size.value if exp.hidden_size else None
+    layers_hint = exp.layers.value if exp.layers else None
     verdicts: dict[tuple[str, int | None], list[tuple[Verdict, str | None]]] = {}
     views: list[FileView] = []
     samples: list[SampleView] = []
     skipped: list[str] = []
     value_bytes = 0
     for n, path in enumerate(files, 1):
-        view = read_file(path, options.layout, hidden_hint)
+        view = read_file(path, options.layout, hidden_hint, layers_hint)
         views.append(view)
         samples += view.samples
         if view.failure is not None:
