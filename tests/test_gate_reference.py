@@ -1,0 +1,87 @@
+"""--reference on files written the way EAGLE's and speculators' pipelines write them from HF transformers
+(the engine tests cover vLLM's files): numbering, inference of unnamed layers, tolerances."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compat.findings import Status
+from compat.gate import GateOptions, run_gate
+from compat.gate.reference import tolerance
+from compat.models import build
+
+from .gate_files import write_data_config, write_eagle, write_speculators
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    return build("qwen3", tmp_path_factory.mktemp("ref") / "qwen3", hidden_size=64).path
+
+
+@pytest.fixture(scope="module")
+def states(model):
+    """EAGLE ge_data's forward (output_hidden_states) plus hooks for each decoder layer's output."""
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(model))
+    outputs: list = []
+    for layer in hf.model.layers:
+        layer.register_forward_hook(lambda _m, _i, out: outputs.append(out[0] if isinstance(out, tuple) else out))
+    ids = torch.randint(3, 1000, (23,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        final = hf(ids[None], output_hidden_states=True).hidden_states[-1][0]
+    return ids, [o[0] for o in outputs], final
+
+
+def test_eagle_file_matches_the_final_norm_state(model, states, tmp_path):
+    ids, _, final = states
+    write_eagle(tmp_path / "data_0.ckpt", ids, final)
+    result = run_gate(GateOptions(paths=(tmp_path,), model=model, values=True, reference=model))
+    assert result.exit_code == 0, [f.message for f in result.failing()]
+    (sample,) = result.reference["samples"]
+    assert sample["numbering"] == "infer" and sample["layers"][0]["state"] == "final_norm"
+
+
+def test_eagle3_concatenation_and_target_are_matched_layer_by_layer(model, states, tmp_path):
+    ids, outs, final = states
+    write_eagle(tmp_path / "data_0.ckpt", ids, torch.cat([outs[0], outs[1], outs[3]], dim=-1), target=final)
+    result = run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model))
+    assert result.exit_code == 0, [f.message for f in result.failing()]
+    assert [r["state"] for r in result.reference["samples"][0]["layers"]] == [1, 2, 4, "final_norm"]
+    write_eagle(tmp_path / "data_0.ckpt", ids, torch.cat([outs[3], outs[1], outs[0]], dim=-1), target=final)
+    (f,) = run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model)).failing()
+    assert f.probe == "reference" and "not in increasing depth" in f.message
+
+
+def test_speculators_files_use_output_numbering(model, states, tmp_path):
+    ids, outs, _ = states
+    write_speculators(tmp_path / "data_0.pt", ids, [outs[1], outs[3]])
+    write_data_config(tmp_path, [1, 3], 64)
+    ok = run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model))
+    assert ok.exit_code == 0 and [r["state"] for r in ok.reference["samples"][0]["layers"]] == [2, 4]
+    assert any(f.probe == "reference" and f.status is Status.OK for f in ok.findings)
+    write_data_config(tmp_path, [2, 3], 64)  # ids that do not match what was captured
+    (f,) = run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model)).failing()
+    assert f.probe == "reference" and "1 of 2 layers differ" in f.message
+    assert "it matches s_2: output of layer 1" in f.message
+
+
+def test_a_sample_that_matches_nothing_fails(model, states, tmp_path):
+    ids, outs, _ = states
+    noisy = outs[2] + 0.05 * outs[2].norm(dim=-1, keepdim=True) * torch.randn_like(outs[2]) / 8
+    write_speculators(tmp_path / "data_0.pt", ids, [outs[1], noisy])
+    write_data_config(tmp_path, [1, 2], 64)
+    (f,) = run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model)).failing()
+    assert "hidden_states[1]: relative error" in f.message and "(max 0.001)" in f.message
+    assert run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model, max_rel=0.2,
+                                min_cos=0.9)).exit_code == 0
+
+
+def test_tolerances_by_dtype_and_model_type():
+    assert tolerance("float32", "llama", None, None).max_rel < tolerance("bfloat16", "llama", None, None).max_rel
+    loose = tolerance("float32", "deepseek_v3", None, None)
+    assert loose.max_rel >= 0.05 and loose.min_cos <= 0.95
+    assert tolerance("bfloat16", "llama", 0.5, 0.1) == type(loose)(0.5, 0.1)

@@ -1,0 +1,57 @@
+"""Run vLLM's own hidden-state extraction on CPU and list what it wrote (a driver for the engine tests).
+
+    python tests/vllm_extract.py MODEL OUT_DIR --layer-ids 3,0,2 --dtype float32 --prompts prompts.json
+
+Speculative method ``extract_hidden_states`` with ``compat.cpu_connector.SyncHiddenStatesConnector`` (vLLM's
+``ExampleHiddenStatesConnector`` minus its CUDA-only copy), loaded through ``kv_connector_module_path``.
+Each output's file is awaited with vLLM's own ``load_hidden_states`` (it sleeps on the writer's lock), its
+lock file removed with ``cleanup_hidden_states(keep_hidden_states=True)``; ``OUT_DIR/manifest.json`` lists
+``{"path", "prompt_token_ids"}`` per request. Runs in its own process: vLLM spawns workers and must be
+started under ``if __name__ == "__main__"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("model")
+    p.add_argument("out", type=Path)
+    p.add_argument("--layer-ids", required=True)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--prompts", type=Path, required=True, help="JSON list of token-id lists")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    args = p.parse_args()
+
+    from vllm import LLM, SamplingParams
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+        cleanup_hidden_states,
+        load_hidden_states,
+    )
+
+    layer_ids = [int(x) for x in args.layer_ids.split(",")]
+    extra = {"max_num_batched_tokens": args.max_num_batched_tokens} if args.max_num_batched_tokens else {}
+    llm = LLM(model=args.model, dtype=args.dtype, enforce_eager=True, max_model_len=512, seed=0,
+              speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                                  "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": layer_ids}}},
+              kv_transfer_config={"kv_connector": "SyncHiddenStatesConnector",
+                                  "kv_connector_module_path": "compat.cpu_connector", "kv_role": "kv_producer",
+                                  "kv_connector_extra_config": {"shared_storage_path": str(args.out)}},
+              **extra)
+    prompts = json.loads(args.prompts.read_text())
+    outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompts], SamplingParams(max_tokens=1))
+    records = []
+    for out in outputs:
+        path = out.kv_transfer_params["hidden_states_path"]
+        load_hidden_states(path)
+        cleanup_hidden_states(path, keep_hidden_states=True)
+        records.append({"path": path, "prompt_token_ids": list(out.prompt_token_ids)})
+    (args.out / "manifest.json").write_text(json.dumps(records))
+
+
+if __name__ == "__main__":
+    main()
