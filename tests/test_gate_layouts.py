@@ -228,3 +228,29 @@ def test_empty_directory_and_missing_path_are_bad_input(tmp_path):
     with pytest.raises(CompatError, match="contradicts"):
         write_vllm(tmp_path / "hs.safetensors", _ids(4), layered(4, H, 2))
         _run(tmp_path, layers=3, layer_ids=(1, 2))
+
+
+def test_torch_structure_reader_agrees_with_torch_load(tmp_path):
+    from compat.gate.torch_header import NotPlain, TensorStub, read_structure
+
+    base = torch.randn(40, H)
+    obj = {"input_ids": torch.arange(7), "hidden_states": [base[3:10], base[10:17].t(), base[::2][:7]],
+           "loss_mask": torch.ones(7, dtype=torch.bool), "half": torch.zeros(2, 3, dtype=torch.float16),
+           "scalar": torch.tensor(1.5, dtype=torch.bfloat16), "n": 7}
+    torch.save(obj, tmp_path / "views.pt")
+    stubbed, loaded = read_structure(str(tmp_path / "views.pt")), torch.load(tmp_path / "views.pt", weights_only=True)
+
+    def same(a, b):
+        if isinstance(a, TensorStub):
+            return a.shape == tuple(b.shape) and a.dtype == str(b.dtype)
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return a == b
+
+    assert same(stubbed, loaded)
+    torch.save({"size": torch.Size([2, 3])}, tmp_path / "other.pt")  # a global plain tensors never need
+    with pytest.raises(NotPlain, match="torch.Size"):
+        read_structure(str(tmp_path / "other.pt"))
+    assert read_file(str(tmp_path / "other.pt")).failure.error_type == "LayoutMismatch"  # torch.load read it

@@ -260,25 +260,43 @@ def _torch_error(exc: Exception) -> str:
     return f"torch.load(weights_only=True) failed: {first}"
 
 
+def _load(path: str) -> Any:
+    """The stored object: tensor stubs from the archive's pickle (fast), else torch.load's answer.
+
+    Raises ``FormatError`` for a file that is neither a zip archive nor a pickle stream.
+    """
+    from compat.gate.torch_header import NotPlain, read_structure
+
+    try:
+        return read_structure(path)
+    except NotPlain:
+        pass  # not a plain tensor archive: torch.load (weights only) decides, and says why not
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic[:2] != b"PK" and magic[:1] != b"\x80":
+        # torch.save writes a zip archive (or, before 1.6, a pickle stream): anything else is another format.
+        raise FormatError(f"not a torch.save file (a zip archive or pickle stream): it starts with {magic!r}")
+    return load_torch(path)
+
+
+class FormatError(Exception):
+    """Not a torch.save file at all."""
+
+
 def read_torch(path: str, forced: Layout | None, hidden_size: int | None, layers: int | None) -> FileView:
     size = _size(path)
     try:
-        with open(path, "rb") as handle:
-            magic = handle.read(4)
-    except OSError as exc:
-        return FileView(path, size, failure=ReadFailure(f"cannot open: {exc.strerror or exc}", type(exc).__name__))
-    if magic[:2] != b"PK" and magic[:1] != b"\x80":
-        # torch.save writes a zip archive (or, before 1.6, a pickle stream): anything else is another format.
-        return FileView(path, size, failure=ReadFailure(
-            f"not a torch.save file (a zip archive or pickle stream): it starts with {magic!r}", "FormatError"))
-    try:
-        obj = load_torch(path)
+        obj = _load(path)
         items = list(enumerate(obj)) if isinstance(obj, (list, tuple)) else [(None, obj)]
         if not items:
             raise ReadError("holds an empty list")
         samples = tuple(sample_from_object(path, i, item, forced, hidden_size, layers) for i, item in items)
     except ReadError as exc:
         return FileView(path, size, failure=ReadFailure(str(exc), "LayoutMismatch"))
+    except FormatError as exc:
+        return FileView(path, size, failure=ReadFailure(str(exc), "FormatError"))
+    except OSError as exc:
+        return FileView(path, size, failure=ReadFailure(f"cannot open: {exc.strerror or exc}", type(exc).__name__))
     except Exception as exc:  # noqa: BLE001 - any failure to load is a finding about this file, not a crash
         return FileView(path, size, failure=ReadFailure(_torch_error(exc), type(exc).__name__,
                                                         traceback.format_exc()))

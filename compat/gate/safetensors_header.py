@@ -2,7 +2,7 @@
 
 Parsed here rather than through ``safetensors.safe_open`` so a damaged file yields a precise reason
 (truncated by how many bytes, which tensor, at which offset) instead of one opaque error, and so a header
-check costs one ``open``, one ``fstat`` and (for headers under 64 KiB) one ``read``.
+check costs one ``open``, one ``fstat`` and (for headers under 4 KiB) one ``read``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from compat.gate.tensors import ITEMSIZE, SAFETENSORS_DTYPES, TensorInfo
 
 MAX_HEADER = 100_000_000
 """The safetensors library refuses larger headers; so does the gate."""
-_FIRST_READ = 65536
+_FIRST_READ = 4096  # one page: headers of hidden-state files are a few hundred bytes
 
 
 class HeaderError(Exception):
