@@ -6,15 +6,13 @@ Exit codes: 0 nothing broken, 1 something broken (or unknown, with --strict), 2 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
-import traceback
 from pathlib import Path
 
 from compat.auditor import DEFAULT_CONSUMER, AuditOptions, Auditor, AuditResult
 from compat.cache import atomic_write_text
-from compat.errors import CompatError
+from compat.cli import emit, guarded
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS
 from compat.report import Format, render
 
@@ -77,56 +75,38 @@ def write_reports(result: AuditResult, directory: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    try:
-        if args.list_probes:
-            from probes import all_probes
+    return guarded("compat.audit", args.debug, lambda: _audit(args))
 
-            for probe in all_probes():
-                print(f"{probe.name:12} {probe.description}")
-            return 0
-        options = AuditOptions(consumer=args.consumer, vllm=args.vllm,
-                               written_for=None if args.written_for == "none" else args.written_for,
-                               worker_class=args.worker_class, allow=args.allow, strict=args.strict,
-                               target=args.target, vllm_version=args.vllm_version,
-                               architectures=tuple(a.strip() for a in args.architectures.split(",") if a.strip()),
-                               confirm=args.confirm, confirm_timeout=args.confirm_timeout)
-        if options.allow is not None:
-            from compat import allowlist
 
-            allowlist.load(options.allow)  # bad allow-lists fail before any download
-        auditor = Auditor(options)
-        if args.baseline:
-            from compat.upgrade import upgrade
+def _audit(args: argparse.Namespace) -> int:
+    if args.list_probes:
+        from probes import all_probes
 
-            result = upgrade(auditor, args.baseline, args.vllm)
-        else:
-            result = auditor.run()
-        fmt = Format(args.format)
-        color = args.color == "always" or (args.color == "auto" and args.output is None and sys.stdout.isatty()
-                                           and not os.environ.get("NO_COLOR"))
-        text = render(result, fmt, color=color and fmt is Format.TERMINAL, show_ok=args.show_ok)
-        if args.output:
-            atomic_write_text(args.output, text)
-        else:
-            sys.stdout.write(text)
-        if not args.no_reports:
-            for path in write_reports(result, args.reports_dir):
-                print(f"report: {path}", file=sys.stderr)
-        return result.exit_code
-    except CompatError as exc:
-        print(f"compat.audit: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("compat.audit: interrupted", file=sys.stderr)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - an internal error still ends with one clear line
-        if args.debug:
-            traceback.print_exc()
-        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        where = f" at {frame.filename}:{frame.lineno}" if frame else ""
-        print(f"compat.audit: internal error: {type(exc).__name__}: {exc}{where} (rerun with --debug for the "
-              "traceback)", file=sys.stderr)
-        return 2
+        for probe in all_probes():
+            print(f"{probe.name:12} {probe.description}")
+        return 0
+    options = AuditOptions(consumer=args.consumer, vllm=args.vllm,
+                           written_for=None if args.written_for == "none" else args.written_for,
+                           worker_class=args.worker_class, allow=args.allow, strict=args.strict,
+                           target=args.target, vllm_version=args.vllm_version,
+                           architectures=tuple(a.strip() for a in args.architectures.split(",") if a.strip()),
+                           confirm=args.confirm, confirm_timeout=args.confirm_timeout)
+    if options.allow is not None:
+        from compat import allowlist
+
+        allowlist.load(options.allow)  # bad allow-lists fail before any download
+    auditor = Auditor(options)
+    if args.baseline:
+        from compat.upgrade import upgrade
+
+        result = upgrade(auditor, args.baseline, args.vllm)
+    else:
+        result = auditor.run()
+    emit(result, Format(args.format), args.color, args.output, args.show_ok)
+    if not args.no_reports:
+        for path in write_reports(result, args.reports_dir):
+            print(f"report: {path}", file=sys.stderr)
+    return result.exit_code
 
 
 def run() -> None:

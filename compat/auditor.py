@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 from compat import __version__, allowlist, sources
 from compat.builds import OpenedBuild, open_build
 from compat.errors import CompatError
-from compat.findings import Evidence, Finding, Status
+from compat.findings import Evidence, Finding, Status, failing, status_counts
 from compat.guards import GuardExpr, HasAttr, Imports, evaluate, render
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, Probe, ProbeContext
 from compat.report import build_label
@@ -60,15 +60,10 @@ class AuditResult:
     mode: str = "audit"
 
     def counts(self) -> dict[str, int]:
-        counts = {s.value: 0 for s in Status}
-        for f in self.findings:
-            counts[f.status.value] += 1
-        counts["allowed"] = sum(1 for f in self.findings if f.allowed)
-        return counts
+        return status_counts(self.findings)
 
     def failing(self) -> list[Finding]:
-        bad = {Status.BROKEN, Status.ERROR} | ({Status.UNKNOWN} if self.strict else set())
-        return [f for f in self.findings if f.status in bad and not f.allowed]
+        return failing(self.findings, self.strict)
 
     @property
     def exit_code(self) -> int:

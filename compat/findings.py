@@ -92,3 +92,18 @@ class Finding:
         if self.allowed:
             out["allowed"] = self.allowed
         return out
+
+
+def status_counts(findings: tuple[Finding, ...] | list[Finding]) -> dict[str, int]:
+    """How many findings have each status, and how many an allow-list accepted."""
+    counts = {s.value: 0 for s in Status}
+    for finding in findings:
+        counts[finding.status.value] += 1
+    counts["allowed"] = sum(1 for f in findings if f.allowed)
+    return counts
+
+
+def failing(findings: tuple[Finding, ...] | list[Finding], strict: bool) -> list[Finding]:
+    """The findings that fail a run: broken or error (unknown too when strict), unless accepted."""
+    bad = {Status.BROKEN, Status.ERROR} | ({Status.UNKNOWN} if strict else set())
+    return [f for f in findings if f.status in bad and not f.allowed]

@@ -7,19 +7,17 @@ config, unknown layout or rule...). The gate never modifies, moves or deletes th
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import traceback
 from pathlib import Path
 
-from compat.cache import atomic_write_text
+from compat.cli import emit, guarded
 from compat.errors import CompatError
 from compat.gate.layouts import Layout
 from compat.gate.reference import NUMBERINGS
 from compat.gate.rules import RULES
 from compat.gate.runner import GateOptions, run_gate
 from compat.gate.values import NONFINITE_POLICIES
-from compat.report import Format, render
+from compat.report import Format
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,40 +94,23 @@ def options_from(args: argparse.Namespace) -> GateOptions:
 
 def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
-    try:
-        args = parser().parse_args(argv)
-        if args.list_rules:
-            for name, text in RULES.items():
-                print(f"{name:16} {text}")
-            return 0
-        fmt = Format(_choice(args.format, [f.value for f in Format], "--format"))
-        _choice(args.color, ["auto", "always", "never"], "--color")
-        options = options_from(args)
-        from compat.gate.progress import ProgressBar
+    return guarded("compat.gate", debug, lambda: _gate(argv))
 
-        result = run_gate(options, ProgressBar.for_terminal(not args.no_progress))
-        color = args.color == "always" or (args.color == "auto" and args.output is None and sys.stdout.isatty()
-                                           and not os.environ.get("NO_COLOR"))
-        text = render(result, fmt, color=color and fmt is Format.TERMINAL, show_ok=args.show_ok)
-        if args.output:
-            atomic_write_text(args.output, text)
-        else:
-            sys.stdout.write(text)
-        return result.exit_code
-    except CompatError as exc:
-        print(f"compat.gate: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("compat.gate: interrupted", file=sys.stderr)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - an internal error still ends with one clear line
-        if debug:
-            traceback.print_exc()
-        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        where = f" at {frame.filename}:{frame.lineno}" if frame else ""
-        print(f"compat.gate: internal error: {type(exc).__name__}: {exc}{where} (rerun with --debug for the "
-              "traceback)", file=sys.stderr)
-        return 2
+
+def _gate(argv: list[str] | None) -> int:
+    args = parser().parse_args(argv)
+    if args.list_rules:
+        for name, text in RULES.items():
+            print(f"{name:16} {text}")
+        return 0
+    fmt = Format(_choice(args.format, [f.value for f in Format], "--format"))
+    _choice(args.color, ["auto", "always", "never"], "--color")
+    options = options_from(args)
+    from compat.gate.progress import ProgressBar
+
+    result = run_gate(options, ProgressBar.for_terminal(not args.no_progress))
+    emit(result, fmt, args.color, args.output, args.show_ok)
+    return result.exit_code
 
 
 def run() -> None:

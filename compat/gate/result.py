@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compat import __version__
-from compat.findings import Finding, Status
+from compat.findings import Finding, failing, status_counts
 from compat.gate.expect import Expectations
 
 SCHEMA = "compat.gate/1"
@@ -63,15 +63,10 @@ class GateResult:
     tool = "compat.gate"
 
     def counts(self) -> dict[str, int]:
-        counts = {s.value: 0 for s in Status}
-        for f in self.findings:
-            counts[f.status.value] += 1
-        counts["allowed"] = sum(1 for f in self.findings if f.allowed)
-        return counts
+        return status_counts(self.findings)
 
     def failing(self) -> list[Finding]:
-        bad = {Status.BROKEN, Status.ERROR} | ({Status.UNKNOWN} if self.strict else set())
-        return [f for f in self.findings if f.status in bad and not f.allowed]
+        return failing(self.findings, self.strict)
 
     @property
     def exit_code(self) -> int:
