@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 from compat import __version__, allowlist, sources
 from compat.builds import OpenedBuild, open_build
 from compat.errors import CompatError
-from compat.findings import Evidence, Finding, Status, failing, status_counts
+from compat.findings import Evidence, Finding, Status, Verdict
 from compat.guards import GuardExpr, HasAttr, Imports, evaluate, render
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, Probe, ProbeContext
 from compat.report import build_label
@@ -49,7 +49,7 @@ class AuditOptions:
 
 
 @dataclass(frozen=True)
-class AuditResult:
+class AuditResult(Verdict):
     scan: Scan
     build: BuildInfo
     findings: tuple[Finding, ...]
@@ -58,16 +58,6 @@ class AuditResult:
     strict: bool = False
     baseline: BuildInfo | None = None
     mode: str = "audit"
-
-    def counts(self) -> dict[str, int]:
-        return status_counts(self.findings)
-
-    def failing(self) -> list[Finding]:
-        return failing(self.findings, self.strict)
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.failing() else 0
 
     tool = "vllm-compat"
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compat import __version__
-from compat.findings import Finding, failing, status_counts
+from compat.findings import Finding, Verdict
 from compat.gate.expect import Expectations
 
 SCHEMA = "compat.gate/1"
@@ -49,7 +49,7 @@ class GateSummary:
 
 
 @dataclass(frozen=True)
-class GateResult:
+class GateResult(Verdict):
     findings: tuple[Finding, ...]
     summary: GateSummary
     expected: Expectations
@@ -61,16 +61,6 @@ class GateResult:
     strict: bool = False
 
     tool = "compat.gate"
-
-    def counts(self) -> dict[str, int]:
-        return status_counts(self.findings)
-
-    def failing(self) -> list[Finding]:
-        return failing(self.findings, self.strict)
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.failing() else 0
 
     def failures_by_rule(self) -> dict[str, int]:
         return dict(sorted(Counter(f.probe for f in self.failing()).items()))
