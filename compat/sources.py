@@ -17,7 +17,6 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from compat import index
@@ -239,9 +238,3 @@ def _git_version(path: Path) -> str | None:
     tag, distance, sha = match.groups()
     return tag if distance == "0" else f"{tag}.post{distance}+g{sha}"
 
-
-def parse_requirement(text: str) -> Requirement | None:
-    try:
-        return Requirement(text)
-    except InvalidRequirement:
-        return None

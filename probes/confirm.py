@@ -46,7 +46,7 @@ class ConfirmProbe(Probe):
                 continue
             yield from self._model(ctx, arch, seen["model"])
         listed = {s["name"] for s in steps}
-        taken = [name for name in engine["startup_calls"] if name in listed or name in engine["startup_calls"]]
+        taken = engine["startup_calls"]
         missed = sorted({name for name in taken if name not in listed} - {"shutdown"})
         yield self._compare(ctx, "startup", "start-up steps the engine took that the static reading does not list",
                             [], missed, extra=(("taken", ", ".join(taken)),
