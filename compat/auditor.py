@@ -211,9 +211,13 @@ def annotate_runtime(findings: list[Finding], ctx: ProbeContext) -> list[Finding
     for finding in findings:
         verdicts = ctx.confirmed.get(finding.probe)
         if verdicts:
-            agree = all(ok for ok, _ in verdicts)
-            summary = ("confirmed on a real engine: " if agree else "DISAGREES with a real engine: ") + "; ".join(
-                text for ok, text in verdicts if not agree or ok)[:400]
+            if any(ok is False for ok, _ in verdicts):
+                head, shown = "DISAGREES with a real engine: ", [text for ok, text in verdicts if ok is False]
+            elif any(ok is None for ok, _ in verdicts):
+                head, shown = "not confirmed on a real engine: ", [text for ok, text in verdicts if ok is None]
+            else:
+                head, shown = "confirmed on a real engine: ", [text for _, text in verdicts]
+            summary = head + "; ".join(shown)[:400]
             finding = replace(finding, evidence=replace(finding.evidence,
                                                         extra=finding.evidence.extra + (("runtime", summary),)))
         out.append(finding)

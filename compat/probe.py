@@ -30,8 +30,8 @@ class ProbeContext:
     confirm: bool = False
     """Run the runtime confirmation (installed vLLM only)."""
     confirm_timeout: float = 300.0
-    confirmed: dict[str, list[tuple[bool, str]]] = field(default_factory=dict)
-    """Runtime verdicts by probe name, filled by the confirmation probe."""
+    confirmed: dict[str, list[tuple[bool | None, str]]] = field(default_factory=dict)
+    """Runtime verdicts by probe name, filled by the confirmation probe (None: could not be confirmed)."""
     _memo: dict[Any, Any] = field(default_factory=dict)
 
     def touchpoints(self, kinds: Iterable[Kind]) -> list[TouchPoint]:

