@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from compat.consumer.model import Kind, Ref, Scan, TouchPoint
 from compat.findings import Evidence, Finding, Status
-from compat.surface import Found, Lookup, Surface, Unresolved
-from compat.touchpoints import Kind, Ref, Scan, TouchPoint
+from compat.vllm.surface import Found, Lookup, Surface, Unresolved
 
 DEFAULT_WORKER_CLASS = "vllm.v1.worker.gpu_worker.Worker"
 DEFAULT_ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",

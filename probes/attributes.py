@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import difflib
 
+from compat.consumer.model import Kind, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
-from compat.surface import Found, Missing, Unresolved
-from compat.touchpoints import Kind, TouchPoint
+from compat.vllm.surface import Found, Missing, Unresolved
 
 
 class AttributeProbe(Probe):

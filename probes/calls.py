@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from compat.consumer.model import Kind, Ref, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import BindProblem, Signature, diff
-from compat.surface import Found, Surface, Unresolved
-from compat.touchpoints import Kind, Ref, TouchPoint
+from compat.vllm.surface import Found, Surface, Unresolved
 
 
 def _fix(problem: BindProblem, sig: Signature) -> str:

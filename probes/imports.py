@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from compat.consumer.model import Kind, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
-from compat.surface import Found, Missing, Unresolved
-from compat.touchpoints import Kind, TouchPoint
+from compat.vllm.surface import Found, Missing, Unresolved
 
 
 class ImportProbe(Probe):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from compat.consumer.model import Kind, ModelPatch, Ref
 from compat.facts import models
 from compat.findings import Evidence, Finding, Status
+from compat.location import Location
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, Parameter, ParamKind, Signature
-from compat.touchpoints import Kind, Location, ModelPatch, Ref
 
 MODEL_ROOT = ("model_runner", "model")
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from compat.consumer.model import Kind, TouchPoint
 from compat.facts import protocol
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
-from compat.surface import Found
-from compat.touchpoints import Kind, TouchPoint
+from compat.vllm.surface import Found
 
 
 class ProtocolProbe(Probe):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from compat.consumer.model import ConsumerClass, Kind, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
-from compat.surface import Found, Unresolved
-from compat.touchpoints import ConsumerClass, Kind, TouchPoint
+from compat.vllm.surface import Found, Unresolved
 
 
 def _extension_classes(ctx: ProbeContext) -> list[ConsumerClass]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from compat.consumer.model import Kind
 from compat.facts import startup
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
-from compat.surface import Found
-from compat.touchpoints import Kind
+from compat.vllm.surface import Found
 
 
 def _norm(name: str) -> str:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from compat import sources
-from compat.auditor import AuditOptions, Auditor
-from compat.builds import open_build
-from compat.scan import scan_tree
+from compat.audit.pipeline import AuditOptions, Auditor
+from compat.consumer.scan import scan_tree
+from compat.vllm.builds import open_build
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -2,11 +2,11 @@
 
 import pytest
 
-from compat.auditor import annotate_runtime
+from compat.audit.pipeline import annotate_runtime
 from compat.confirm import check_in_dtypes, run_child
+from compat.consumer.model import Scan
 from compat.findings import Finding, Status
 from compat.probe import ProbeContext
-from compat.touchpoints import Scan
 from probes.confirm import PROBE
 
 

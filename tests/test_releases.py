@@ -18,11 +18,10 @@ import textwrap
 import pytest
 from packaging.version import Version
 
-from compat import index
-from compat.auditor import AuditOptions, Auditor
+from compat.audit.pipeline import AuditOptions, Auditor
+from compat.consumer.scan import scan_tree
 from compat.findings import Status
-from compat.scan import scan_tree
-from compat.sources import tree_from_path
+from compat.sources import index, tree_from_path
 
 pytestmark = [pytest.mark.network]
 
@@ -180,7 +179,8 @@ def _verdicts(result):
 
 
 def test_sdist_file_and_source_directory_read_like_the_release(audit, build):
-    from compat import index, sources
+    from compat import sources
+    from compat.sources import index
 
     version = index.resolve("vllm", "0.12.0")
     archive = index.download(index.choose_file("vllm", version))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from compat.consumer.model import Kind, Ref
 from compat.probe import ProbeContext
 from compat.signature import Signature
-from compat.surface import Found
-from compat.touchpoints import Kind, Ref
+from compat.vllm.surface import Found
 
 from .signature_views import views
 
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.runtime, pytest.mark.network]
 @pytest.fixture(scope="module")
 def surfaces():
     pytest.importorskip("vllm")
-    from compat.surface.runtime import RuntimeSurface
+    from compat.vllm.runtime import RuntimeSurface
 
     runtime = RuntimeSurface()
     return runtime, runtime.static

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import textwrap
 
-from compat.guards import Imports, Not, VersionCmp, evaluate
-from compat.scan import scan_tree
+from compat.consumer.guards import Imports, Not, VersionCmp, evaluate
+from compat.consumer.model import Kind
+from compat.consumer.scan import scan_tree
 from compat.sources import tree_from_path
-from compat.touchpoints import Kind
 
 
 def scan_source(tmp_path, source: str, name: str = "consumer.py"):
@@ -143,7 +143,7 @@ def test_syntax_error_is_reported_and_rest_scanned(tmp_path):
 
 
 def test_written_for_reads_metadata_pins():
-    from compat.scan import written_for
+    from compat.consumer.scan import written_for
 
     assert written_for(("torch", 'vllm==0.11.0; extra == "datagen"'), "vllm") == "0.11.0"
     assert written_for(("vllm>=0.10",), "vllm") is None

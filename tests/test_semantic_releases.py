@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import pytest
 
-from compat import index
 from compat.findings import Status
+from compat.sources import index
 
 pytestmark = [pytest.mark.network]
 
@@ -93,7 +93,7 @@ def test_model_conventions_for_kimi_and_deepseek(audit):
 
 
 def test_startup_steps_new_since_the_written_for_build(speculators_scan, build):
-    from compat.auditor import AuditOptions, Auditor
+    from compat.audit.pipeline import AuditOptions, Auditor
 
     result = Auditor(AuditOptions()).run(speculators_scan, build("0.32.0"))
     changed = {f.touchpoint for f in result.findings if f.probe == "startup" and f.status is Status.CHANGED}

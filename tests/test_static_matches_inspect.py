@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from compat.signature import Signature
-from compat.surface import BuildInfo, Found
-from compat.surface.runtime import to_signature
-from compat.surface.static import StaticSurface
+from compat.vllm.runtime import to_signature
+from compat.vllm.static import StaticSurface
+from compat.vllm.surface import BuildInfo, Found
 
 from .conftest import FIXTURES
 from .signature_views import views

@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from compat.surface import Found
-from compat.surface.static import StaticSurface
+from compat.vllm.static import StaticSurface
+from compat.vllm.surface import Found
 
 
 def loc(found_or_info, node: ast.AST | None = None) -> str | None:

@@ -6,8 +6,8 @@ import ast
 
 from compat.facts import find_class, function, loc, method
 from compat.signature import Signature
-from compat.surface import Found
-from compat.surface.static import StaticSurface
+from compat.vllm.static import StaticSurface
+from compat.vllm.surface import Found
 
 
 def _block_hashes_failure(surface: StaticSurface) -> dict:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import ast
 
 from compat.facts import loc, method
-from compat.surface import Found
-from compat.surface.callables import from_def
-from compat.surface.static import ClassModel, StaticSurface
+from compat.vllm.callables import from_def
+from compat.vllm.static import ClassModel, StaticSurface
+from compat.vllm.surface import Found
 
 REGISTRY = "vllm.model_executor.models.registry"
 EMBEDDING_METHODS = ("embed_input_ids", "get_input_embeddings")

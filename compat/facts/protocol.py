@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 
 from compat.facts import loc, method, string_of, walk_shallow
-from compat.surface import Found
-from compat.surface.static import StaticSurface
+from compat.vllm.static import StaticSurface
+from compat.vllm.surface import Found
 
 
 def read(surface: StaticSurface, executor: str, worker: str) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from compat.facts import find_class, loc, method
-from compat.surface.static import StaticSurface
+from compat.vllm.static import StaticSurface
 
 RANK = "unique_reply_rank"
 

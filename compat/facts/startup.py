@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 
 from compat.facts import loc, method
-from compat.surface import Found
-from compat.surface.modules import ModuleInfo
-from compat.surface.static import StaticSurface
+from compat.vllm.modules import ModuleInfo
+from compat.vllm.static import StaticSurface
+from compat.vllm.surface import Found
 
 ENGINE_CORE = "vllm.v1.engine.core.EngineCore"
 _SKIP_MODULES = ("vllm.utils", "vllm.logger", "vllm.envs", "vllm.tracing", "vllm.usage")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from compat.auditor import Auditor, AuditResult
-from compat.builds import open_build
+from compat.audit.pipeline import Auditor, AuditResult
 from compat.findings import Evidence
+from compat.vllm.builds import open_build
 
 
 def upgrade(auditor: Auditor, baseline: str, target: str | None) -> AuditResult:

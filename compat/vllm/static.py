@@ -3,7 +3,7 @@
 It answers what ``import`` and ``inspect.signature`` would answer at run time: re-exports through
 ``__init__`` files and lazy ``__getattr__`` tables, inherited members (C3 order), instance
 attributes set in methods, and constructors synthesised by dataclass-like decorators (see
-``compat.surface.callables``).
+``compat.vllm.callables``).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from compat.location import Location
 from compat.signature import Signature
-from compat.surface import BuildInfo, Found, Lookup, Missing, Unresolved
-from compat.surface.callables import CallableReader
-from compat.surface.modules import Binding, ModuleInfo, SourceIndex, target_names
-from compat.touchpoints import Location
+from compat.vllm.callables import CallableReader
+from compat.vllm.modules import Binding, ModuleInfo, SourceIndex, target_names
+from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
 
 # Bases that add no members a consumer could reach and no constructor parameters.
 NEUTRAL_BASES = {

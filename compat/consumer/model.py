@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from compat.guards import GuardExpr
+from compat.consumer.guards import GuardExpr
+from compat.location import Location
 from compat.signature import CallShape
 
 
@@ -14,15 +15,6 @@ class Kind(str, Enum):
     CALL = "call"
     ATTRIBUTE = "attribute"
     RPC = "rpc"
-
-
-@dataclass(frozen=True)
-class Location:
-    file: str
-    line: int
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}"
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from compat import sources
 from compat.errors import CompatError
-from compat.surface import BuildInfo, Surface
-from compat.surface.cached import CachedSurface
-from compat.surface.runtime import RuntimeSurface, VllmImportError, installed_root
-from compat.surface.static import StaticSurface
+from compat.vllm.cached import CachedSurface
+from compat.vllm.runtime import RuntimeSurface, VllmImportError, installed_root
+from compat.vllm.static import StaticSurface
+from compat.vllm.surface import BuildInfo, Surface
 
 
 @dataclass(frozen=True)

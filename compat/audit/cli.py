@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-from compat.auditor import DEFAULT_CONSUMER, AuditOptions, Auditor, AuditResult
+from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor, AuditResult
 from compat.cache import atomic_write_text
 from compat.cli import emit, guarded
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS
@@ -92,12 +92,12 @@ def _audit(args: argparse.Namespace) -> int:
                            architectures=tuple(a.strip() for a in args.architectures.split(",") if a.strip()),
                            confirm=args.confirm, confirm_timeout=args.confirm_timeout)
     if options.allow is not None:
-        from compat import allowlist
+        from compat.audit import allowlist
 
         allowlist.load(options.allow)  # bad allow-lists fail before any download
     auditor = Auditor(options)
     if args.baseline:
-        from compat.upgrade import upgrade
+        from compat.audit.upgrade import upgrade
 
         result = upgrade(auditor, args.baseline, args.vllm)
     else:
@@ -111,7 +111,3 @@ def _audit(args: argparse.Namespace) -> int:
 
 def run() -> None:
     sys.exit(main())
-
-
-if __name__ == "__main__":
-    run()

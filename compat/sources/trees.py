@@ -19,9 +19,9 @@ from pathlib import Path, PurePosixPath
 
 from packaging.utils import canonicalize_name
 
-from compat import index
 from compat.cache import atomic_write_text, cache_dir
 from compat.errors import BadArchive, CompatError
+from compat.sources import index
 
 ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".tgz", ".tar", ".zip")
 

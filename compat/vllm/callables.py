@@ -13,11 +13,11 @@ import ast
 from typing import TYPE_CHECKING
 
 from compat.signature import Parameter, ParamKind, Signature
-from compat.surface import Found, Unresolved
-from compat.surface.modules import ModuleInfo
+from compat.vllm.modules import ModuleInfo
+from compat.vllm.surface import Found, Unresolved
 
 if TYPE_CHECKING:
-    from compat.surface.static import ClassModel, StaticSurface
+    from compat.vllm.static import ClassModel, StaticSurface
 
 DATACLASS_DECORATORS = {"dataclasses.dataclass", "pydantic.dataclasses.dataclass"}
 TRANSFORM_MARKERS = {"typing.dataclass_transform", "typing_extensions.dataclass_transform"}

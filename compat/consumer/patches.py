@@ -5,11 +5,12 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from compat.consumer.model import ModelPatch, Ref, SelfUse
+from compat.location import Location
 from compat.signature import CallShape
-from compat.touchpoints import Location, ModelPatch, Ref, SelfUse
 
 if TYPE_CHECKING:
-    from compat.scan import _TreeScanner
+    from compat.consumer.scan import _TreeScanner
 
 
 def model_patch(scanner: _TreeScanner, function: str, where: Location, target: Ref | None, code: str) -> ModelPatch:

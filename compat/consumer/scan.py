@@ -15,20 +15,20 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from compat.scan_patches import model_patch
-from compat.scan_values import Local, Value, _ClassInfo
-from compat.scan_visitor import EXTENSION_KEYWORDS, _FileScanner
-from compat.sources import SourceTree
-from compat.touchpoints import (
+from compat.consumer.model import (
     ConsumerClass,
     Kind,
-    Location,
     Ref,
     ReplyUse,
     Scan,
     ScanProblem,
     TouchPoint,
 )
+from compat.consumer.patches import model_patch
+from compat.consumer.values import Local, Value, _ClassInfo
+from compat.consumer.visitor import EXTENSION_KEYWORDS, _FileScanner
+from compat.location import Location
+from compat.sources import SourceTree
 
 _PASSES = 3
 

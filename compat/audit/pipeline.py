@@ -13,16 +13,17 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from compat import __version__, allowlist, sources
-from compat.builds import OpenedBuild, open_build
+from compat import __version__, sources
+from compat.audit import allowlist
+from compat.consumer.guards import GuardExpr, HasAttr, Imports, evaluate, render
+from compat.consumer.model import Scan, TouchPoint
+from compat.consumer.scan import scan_tree
 from compat.errors import CompatError
 from compat.findings import Evidence, Finding, Status, Verdict
-from compat.guards import GuardExpr, HasAttr, Imports, evaluate, render
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, Probe, ProbeContext
 from compat.report import build_label
-from compat.scan import scan_tree
-from compat.surface import BuildInfo, Found, Lookup, Missing, Surface
-from compat.touchpoints import Scan, TouchPoint
+from compat.vllm.builds import OpenedBuild, open_build
+from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Surface
 
 DEFAULT_CONSUMER = "speculators==0.3.0"
 SCHEMA = "compat.audit/1"

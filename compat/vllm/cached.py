@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from compat.cache import atomic_write_text, cache_dir
+from compat.location import Location
 from compat.signature import Parameter, ParamKind, Signature
-from compat.surface import BuildInfo, Found, Lookup, Missing, Unresolved
-from compat.surface.static import StaticSurface
-from compat.touchpoints import Location
+from compat.vllm.static import StaticSurface
+from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
 
 FORMAT = 3
 

@@ -1,13 +1,14 @@
-"""What the consumer scan knows about a value while it walks the code (see ``compat.scan``)."""
+"""What the consumer scan knows about a value while it walks the code (see ``compat.consumer.scan``)."""
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
 
-from compat.guards import GuardExpr
-from compat.scan_conditions import Lit, VersionValue
-from compat.touchpoints import Location, Ref
+from compat.consumer.conditions import Lit, VersionValue
+from compat.consumer.guards import GuardExpr
+from compat.consumer.model import Ref
+from compat.location import Location
 
 
 @dataclass(frozen=True)

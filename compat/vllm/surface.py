@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from compat.location import Location
 from compat.signature import Signature
-from compat.touchpoints import Location
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,19 @@
-"""The AST walk over one consumer module: imports, calls, attribute chains, guards (see ``compat.scan``)."""
+"""The AST walk over one consumer module: imports, calls, attribute chains, guards (see ``compat.consumer.scan``)."""
 
 from __future__ import annotations
 
 import ast
 from typing import TYPE_CHECKING
 
-from compat.guards import GuardExpr, Imports, Not, involves_target
-from compat.scan_conditions import ConditionReader, Lit, VersionValue
-from compat.scan_values import Either, Local, Obj, Reply, SelfOf, Sym, Value, _ClassInfo, _Scope
+from compat.consumer.conditions import ConditionReader, Lit, VersionValue
+from compat.consumer.guards import GuardExpr, Imports, Not, involves_target
+from compat.consumer.model import Fallback, Guard, Kind, Ref, ReplyUse, TouchPoint
+from compat.consumer.values import Either, Local, Obj, Reply, SelfOf, Sym, Value, _ClassInfo, _Scope
+from compat.location import Location
 from compat.signature import CallShape
-from compat.touchpoints import Fallback, Guard, Kind, Location, Ref, ReplyUse, TouchPoint
 
 if TYPE_CHECKING:
-    from compat.scan import _TreeScanner
+    from compat.consumer.scan import _TreeScanner
 
 RPC_METHODS = ("collective_rpc",)
 EXTENSION_KEYWORDS = ("worker_extension_cls",)

@@ -17,8 +17,8 @@ from typing import Any
 
 from compat.errors import CompatError
 from compat.signature import Parameter, ParamKind, Signature
-from compat.surface import BuildInfo, Found, Lookup, Missing, Unresolved
-from compat.surface.static import StaticSurface
+from compat.vllm.static import StaticSurface
+from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
 
 _KINDS = {
     inspect.Parameter.POSITIONAL_ONLY: ParamKind.POSITIONAL_ONLY,

@@ -1,4 +1,4 @@
-"""Reads the conditions consumer code runs under into guard expressions (see ``compat.guards``).
+"""Reads the conditions consumer code runs under into guard expressions (see ``compat.consumer.guards``).
 
 Understands the forms downstream projects use to guard vLLM code: ``Version(vllm.__version__)``
 comparisons (``packaging``, ``importlib.metadata.version("vllm")``, ``vllm.__version_tuple__``,
@@ -13,10 +13,10 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from compat.guards import All, Any_, Const, GuardExpr, HasAttr, Not, Opaque, VersionCmp
+from compat.consumer.guards import All, Any_, Const, GuardExpr, HasAttr, Not, Opaque, VersionCmp
 
 if TYPE_CHECKING:
-    from compat.scan_visitor import _FileScanner
+    from compat.consumer.visitor import _FileScanner
 
 _PARSERS = {"Version", "parse", "parse_version", "LooseVersion", "StrictVersion"}
 _DIST_VERSION = {"version"}
@@ -129,7 +129,7 @@ class ConditionReader:
         if name == "hasattr" and isinstance(func, ast.Name) and len(args) == 2:
             owner = self.scanner.eval(args[0], record=False)
             attr = self.value(args[1], env, depth)
-            from compat.scan_values import Sym
+            from compat.consumer.values import Sym
 
             if isinstance(owner, Sym) and isinstance(attr, Lit) and isinstance(attr.value, str):
                 return HasAttr(owner.path, attr.value)
@@ -140,7 +140,7 @@ class ConditionReader:
         """A consumer helper whose body is one ``return <test>``, read with the call's arguments."""
         if depth >= _MAX_INLINE_DEPTH:
             return None
-        from compat.scan_values import Local
+        from compat.consumer.values import Local
 
         target = self.scanner.eval(node.func, record=False)
         if not isinstance(target, Local):

@@ -1,0 +1,3 @@
+from compat.audit.cli import run
+
+run()
