@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from compat.consumer.model import ModelPatch, Ref, SelfUse
 from compat.location import Location
-from compat.signature import CallShape
+from compat.syntax import call_shape
 
 if TYPE_CHECKING:
     from compat.consumer.scan import _TreeScanner
@@ -36,9 +36,7 @@ def model_patch(scanner: _TreeScanner, function: str, where: Location, target: R
         if not isinstance(sub, ast.Call):
             continue
         func = sub.func
-        shape = CallShape(sum(1 for a in sub.args if not isinstance(a, ast.Starred)),
-                          tuple(k.arg for k in sub.keywords if k.arg),
-                          any(isinstance(a, ast.Starred) for a in sub.args), any(k.arg is None for k in sub.keywords))
+        shape = call_shape(sub)
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == self_name:
             uses.append(SelfUse(func.attr, Location(relpath, sub.lineno), shape))
             called.add(id(func))

@@ -11,6 +11,7 @@ from compat.consumer.model import Fallback, Guard, Kind, Ref, ReplyUse, TouchPoi
 from compat.consumer.values import Either, Local, Obj, Reply, SelfOf, Sym, Value, _ClassInfo, _Scope
 from compat.location import Location
 from compat.signature import CallShape
+from compat.syntax import absolute_module, call_shape, is_type_checking
 
 if TYPE_CHECKING:
     from compat.consumer.scan import _TreeScanner
@@ -124,12 +125,7 @@ class _FileScanner(ast.NodeVisitor):
     def _absolute(self, node: ast.ImportFrom) -> str | None:
         if not node.level:
             return node.module
-        parts = self.module.split(".")
-        is_package = self.relpath.endswith("__init__.py")
-        base = parts if is_package else parts[:-1]
-        if node.level > 1:
-            base = base[: len(base) - (node.level - 1)]
-        return ".".join(base + ([node.module] if node.module else []))
+        return absolute_module(self.module, self.relpath.endswith("__init__.py"), node.level, node.module)
 
     def visit_If(self, node: ast.If) -> None:
         expr = self.conditions.read(node.test)
@@ -141,16 +137,11 @@ class _FileScanner(ast.NodeVisitor):
             self.guards[-1] = Guard(expr, False, text, self.loc(node))
             self.visit_block(node.orelse)
             self.guards.pop()
-        elif self._is_type_checking(node.test):
+        elif is_type_checking(node.test):
             self.visit_block(node.orelse)
         else:
             self.visit_block(node.body)
             self.visit_block(node.orelse)
-
-    @staticmethod
-    def _is_type_checking(test: ast.expr) -> bool:
-        return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
     def visit_Try(self, node: ast.Try) -> None:
         catches = [h for h in node.handlers if self._catches_import_error(h)]
@@ -437,16 +428,9 @@ class _FileScanner(ast.NodeVisitor):
                             call=call, receiver=receiver, attribute=name, store=store,
                             guards=tuple(self.guards), context=self.context()))
 
-    def call_shape(self, node: ast.Call) -> CallShape:
-        positional = sum(1 for a in node.args if not isinstance(a, ast.Starred))
-        return CallShape(positional=positional,
-                         keywords=tuple(k.arg for k in node.keywords if k.arg is not None),
-                         star_args=any(isinstance(a, ast.Starred) for a in node.args),
-                         star_kwargs=any(k.arg is None for k in node.keywords))
-
     def eval_call(self, node: ast.Call, record: bool) -> Value:
         func = node.func
-        shape = self.call_shape(node)
+        shape = call_shape(node)
         result: Value = None
         if isinstance(func, ast.Attribute):
             base = self.eval(func.value, record)
@@ -558,5 +542,5 @@ class _FileScanner(ast.NodeVisitor):
         else:
             return  # a callable is sent to the workers: nothing named to check
         self.add(TouchPoint(Kind.RPC, name, self.loc(node), self.code(node), receiver=receiver,
-                            rpc_method=name, call=self.call_shape(node), guards=tuple(self.guards),
+                            rpc_method=name, call=call_shape(node), guards=tuple(self.guards),
                             context=self.context(), note=note))

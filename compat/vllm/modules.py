@@ -12,6 +12,8 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compat.syntax import absolute_module, is_type_checking
+
 
 @dataclass(frozen=True)
 class Binding:
@@ -81,11 +83,6 @@ class SourceIndex:
         return info
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _collect(info: ModuleInfo, body: list[ast.stmt], out: dict[str, Binding], type_out: dict[str, Binding],
              runtime: bool) -> None:
     for stmt in body:
@@ -103,7 +100,7 @@ def _collect(info: ModuleInfo, body: list[ast.stmt], out: dict[str, Binding], ty
                     top = alias.name.split(".")[0]
                     out[top] = Binding("module", stmt, module=top)
         elif isinstance(stmt, ast.ImportFrom):
-            module = _absolute(info, stmt)
+            module = absolute_module(info.name, info.is_package, stmt.level, stmt.module)
             for alias in stmt.names:
                 if alias.name == "*":
                     if runtime:
@@ -121,7 +118,7 @@ def _collect(info: ModuleInfo, body: list[ast.stmt], out: dict[str, Binding], ty
             if runtime and isinstance(value, ast.Dict):
                 _read_lazy_map(info, value)
         elif isinstance(stmt, ast.If):
-            if _is_type_checking(stmt.test):
+            if is_type_checking(stmt.test):
                 _collect(info, stmt.body, type_out, type_out, runtime=False)
                 _collect_alternative(info, stmt.orelse, out, type_out, runtime, replace=True)
             else:
@@ -160,16 +157,6 @@ def target_names(target: ast.expr) -> list[str]:
     return []
 
 
-def _absolute(info: ModuleInfo, node: ast.ImportFrom) -> str:
-    if not node.level:
-        return node.module or ""
-    parts = info.name.split(".")
-    base = parts if info.is_package else parts[:-1]
-    if node.level > 1:
-        base = base[: len(base) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
-
-
 def _read_lazy_map(info: ModuleInfo, node: ast.Dict) -> None:
     """``{"LLM": ".entrypoints.llm:LLM"}``: the lazy-attribute tables vLLM's ``__getattr__`` reads."""
     entries: dict[str, tuple[str, str]] = {}
@@ -185,9 +172,6 @@ def _read_lazy_map(info: ModuleInfo, node: ast.Dict) -> None:
             return
         if module.startswith("."):
             level = len(module) - len(module.lstrip("."))
-            parts = info.name.split(".") if info.is_package else info.name.split(".")[:-1]
-            if level > 1:
-                parts = parts[: len(parts) - (level - 1)]
-            module = ".".join(parts + [module.lstrip(".")])
+            module = absolute_module(info.name, info.is_package, level, module.lstrip("."))
         entries[key.value] = (module, attr)
     info.lazy.update(entries)

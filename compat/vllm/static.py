@@ -16,6 +16,7 @@ from pathlib import Path
 
 from compat.location import Location
 from compat.signature import Signature
+from compat.syntax import is_type_checking
 from compat.vllm.callables import CallableReader
 from compat.vllm.modules import Binding, ModuleInfo, SourceIndex, target_names
 from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
@@ -402,7 +403,7 @@ def _class_body(body: list[ast.stmt]) -> list[ast.stmt]:
     out: list[ast.stmt] = []
     for stmt in body:
         if isinstance(stmt, ast.If):
-            if not (isinstance(stmt.test, ast.Name) and stmt.test.id == "TYPE_CHECKING"):
+            if not is_type_checking(stmt.test):
                 out.extend(_class_body(stmt.body))
             out.extend(_class_body(stmt.orelse))
         elif isinstance(stmt, ast.Try):

@@ -1,0 +1,32 @@
+"""Small readings of Python syntax that both sides need: the consumer scan and the static reading of vLLM."""
+
+from __future__ import annotations
+
+import ast
+
+from compat.signature import CallShape
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:`` (names under it do not exist at run time)."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def absolute_module(module: str, is_package: bool, level: int, name: str | None) -> str:
+    """The module a relative import (``from ..x import y`` has level 2, name ``x``) names, seen from ``module``."""
+    if not level:
+        return name or ""
+    parts = module.split(".")
+    base = parts if is_package else parts[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([name] if name else []))
+
+
+def call_shape(node: ast.Call) -> CallShape:
+    """How a call passes its arguments: positional count, keyword names, ``*args``, ``**kwargs``."""
+    return CallShape(positional=sum(1 for a in node.args if not isinstance(a, ast.Starred)),
+                     keywords=tuple(k.arg for k in node.keywords if k.arg is not None),
+                     star_args=any(isinstance(a, ast.Starred) for a in node.args),
+                     star_kwargs=any(k.arg is None for k in node.keywords))
