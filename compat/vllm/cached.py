@@ -11,15 +11,19 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from compat.cache import atomic_write_text, cache_dir
+from compat.facts import Fact
+from compat.facts.codec import decode, encode
 from compat.location import Location
 from compat.signature import Parameter, ParamKind, Signature
+from compat.vllm.definitions import definition
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
 
-FORMAT = 3
+FORMAT = 4
+T = TypeVar("T")
 
 
 def _code_fingerprint() -> str:
@@ -77,6 +81,8 @@ class CachedSurface:
         digest = hashlib.sha256(key.encode()).hexdigest()[:24]
         self.path = cache_dir() / "surfaces" / f"{digest}.json"
         self.memo: dict[str, Any] = {}
+        self.facts: dict[str, Any] = {}
+        """Facts decoded from the memo (or just read) in this process, by memo key."""
         self.files: dict[str, list[int]] = {}
         self.dirty = False
         self._load()
@@ -117,7 +123,7 @@ class CachedSurface:
 
     def _live(self, found: Found) -> Lookup:
         """A Found from the memo carries no parse tree; read it again when a question needs one."""
-        if found.handle is not None or found.kind == "external":
+        if definition(found) is not None or found.kind == "external":
             return found
         return self.inner.lookup(found.path)
 
@@ -152,12 +158,16 @@ class CachedSurface:
 
         return self._ask(f"names|{_owner_key(owner)}", compute)
 
-    def fact(self, key: str, compute) -> Any:
-        memo_key = f"fact|{key}"
-        if memo_key not in self.memo:
-            self.memo[memo_key] = {"t": "fact", "value": compute(self.inner)}
-            self.dirty = True
-        return self.memo[memo_key]["value"]
+    def fact(self, fact: Fact[T], *inputs: Any) -> T:
+        key = f"fact|{fact.key(inputs)}"
+        if key not in self.facts:
+            if key in self.memo:
+                self.facts[key] = decode(fact.result, self.memo[key]["value"])
+            else:
+                self.facts[key] = self.inner.fact(fact, *inputs)
+                self.memo[key] = {"t": "fact", "value": encode(self.facts[key])}
+                self.dirty = True
+        return self.facts[key]
 
     def definitions(self, name: str) -> tuple[str, ...]:
         return self._ask(f"defs|{name}", lambda: self.inner.definitions(name))

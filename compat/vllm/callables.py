@@ -10,14 +10,11 @@ vLLM's ``@config``, ``msgspec.Struct``, ``NamedTuple`` and pydantic ``BaseModel`
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
 from compat.signature import Parameter, ParamKind, Signature
+from compat.vllm.definitions import ClassModel, FunctionNode, Reading, definition
 from compat.vllm.modules import ModuleInfo
 from compat.vllm.surface import Found, Unresolved
-
-if TYPE_CHECKING:
-    from compat.vllm.static import ClassModel, StaticSurface
 
 DATACLASS_DECORATORS = {"dataclasses.dataclass", "pydantic.dataclasses.dataclass"}
 TRANSFORM_MARKERS = {"typing.dataclass_transform", "typing_extensions.dataclass_transform"}
@@ -41,7 +38,7 @@ _MAX_DEPTH = 12
 
 
 class CallableReader:
-    def __init__(self, surface: StaticSurface) -> None:
+    def __init__(self, surface: Reading) -> None:
         self.surface = surface
 
     # ---- entry point ---------------------------------------------------------------------
@@ -53,21 +50,19 @@ class CallableReader:
             return self.constructor(model)
         if obj.kind == "external":
             return Unresolved(f"{obj.path} is outside the build")
-        if not obj.handle or obj.handle[0] not in ("def", "method"):
+        defined = definition(obj)
+        if defined is None or defined.function is None:
             return Unresolved(f"{obj.path} is a {obj.kind}, not a callable the static reading understands")
-        node = obj.handle[2]
-        cls = obj.handle[1] if obj.handle[0] == "method" else None
-        info = obj.handle[1] if obj.handle[0] == "def" else obj.handle[1].module
-        sig = self.decorated(info, node)
+        sig = self.decorated(defined.module, defined.function)
         if isinstance(sig, Unresolved):
             return sig
-        sig = self._literal_defaults(sig, cls, info)
+        sig = self._literal_defaults(sig, defined.owner, defined.module)
         if obj.kind in ("method", "classmethod", "property"):
             sig = sig.drop_first()
         return sig
 
     # ---- functions -----------------------------------------------------------------------
-    def decorated(self, info: ModuleInfo, node: ast.FunctionDef | ast.AsyncFunctionDef,
+    def decorated(self, info: ModuleInfo, node: FunctionNode,
                   depth: int = 0) -> Signature | Unresolved:
         """The signature of a def after its decorators, innermost first."""
         sig: Signature | Unresolved = from_def(node)
@@ -88,9 +83,10 @@ class CallableReader:
             # Decorators from other libraries (torch, functools, typing...) keep signatures
             # through functools.wraps as a rule; say so when they are not known.
             return sig
-        if resolved.kind != "function" or depth > _MAX_DEPTH:
+        defined = definition(resolved)
+        if resolved.kind != "function" or depth > _MAX_DEPTH or defined is None or defined.function is None:
             return Unresolved(f"decorated by {ast.unparse(target)}, which the static reading cannot follow")
-        deco_info, deco_node = resolved.handle[1], resolved.handle[2]
+        deco_info, deco_node = defined.module, defined.function
         if isinstance(deco, ast.Call):
             inner = _returned_function(deco_node)
             if inner is None:
@@ -101,7 +97,7 @@ class CallableReader:
             deco_node = inner
         return self._wrapper_signature(deco_info, deco_node, sig, resolved.path, depth)
 
-    def _wrapper_signature(self, info: ModuleInfo, deco_node: ast.FunctionDef | ast.AsyncFunctionDef,
+    def _wrapper_signature(self, info: ModuleInfo, deco_node: FunctionNode,
                            sig: Signature, name: str, depth: int) -> Signature | Unresolved:
         if _returns_param(deco_node):
             return sig
@@ -120,14 +116,14 @@ class CallableReader:
         synthesized = self._synthesized(model, order, external)
         if synthesized is not None:
             return synthesized
-        own = self.surface._own_member(model, "__new__") or self.surface._own_member(model, "__init__")
+        own = self.surface.own_member(model, "__new__") or self.surface.own_member(model, "__init__")
         if own is not None:
             return self._method_signature(own)
         for cls in order[1:]:
             synthesized = self._synthesized(cls, self.surface.mro(cls)[0], self.surface.mro(cls)[1])
             if synthesized is not None:
                 return synthesized
-            found = self.surface._own_member(cls, "__new__") or self.surface._own_member(cls, "__init__")
+            found = self.surface.own_member(cls, "__new__") or self.surface.own_member(cls, "__init__")
             if found is not None:
                 return self._method_signature(found)
         for base in external:
@@ -137,9 +133,12 @@ class CallableReader:
         return Signature(())
 
     def _method_signature(self, found: Found) -> Signature | Unresolved:
-        cls, node = found.handle[1], found.handle[2]
-        sig = self.decorated(cls.module, node)
-        return sig if isinstance(sig, Unresolved) else self._literal_defaults(sig, cls, cls.module).drop_first()
+        defined = definition(found)
+        if defined is None or defined.function is None:
+            return Unresolved(f"{found.path} is not a def the static reading can read")
+        sig = self.decorated(defined.module, defined.function)
+        return sig if isinstance(sig, Unresolved) else self._literal_defaults(sig, defined.owner,
+                                                                              defined.module).drop_first()
 
     def _literal_defaults(self, sig: Signature, cls: ClassModel | None, info: ModuleInfo) -> Signature:
         params = []
@@ -155,7 +154,7 @@ class CallableReader:
         flavour = self.dataclass_flavour(model, external)
         if flavour is None:
             return None
-        if flavour == "dataclass" and self.surface._own_member(model, "__init__") is not None:
+        if flavour == "dataclass" and self.surface.own_member(model, "__init__") is not None:
             return None
         options = self._decorator_options(model)
         if options.get("init") is False:
@@ -190,12 +189,11 @@ class CallableReader:
             return False
         if resolved.path in DATACLASS_DECORATORS:
             return True
-        if resolved.kind == "function" and resolved.handle:
-            fn = resolved.handle[2]
-            fn_info = resolved.handle[1]
-            for marker in fn.decorator_list:
+        defined = definition(resolved)
+        if resolved.kind == "function" and defined is not None and defined.function is not None:
+            for marker in defined.function.decorator_list:
                 marker_target = marker.func if isinstance(marker, ast.Call) else marker
-                found = self.surface.resolve_expr(fn_info, marker_target)
+                found = self.surface.resolve_expr(defined.module, marker_target)
                 if isinstance(found, Found) and found.path in TRANSFORM_MARKERS:
                     return True
         return False
@@ -283,8 +281,10 @@ class CallableReader:
                     scopes.append([binding.node])
                 elif binding is not None and binding.kind == "import" and binding.module:
                     target = self.surface.module_lookup(binding.module, binding.name or node.id)
-                    if isinstance(target, Found) and target.handle and target.handle[0] == "assign":
-                        scopes.append([target.handle[2]])
+                    defined = definition(target) if isinstance(target, Found) else None
+                    if defined is not None and isinstance(defined.node, (ast.Assign, ast.AnnAssign)) \
+                            and defined.owner is None:
+                        scopes.append([defined.node])
             for statements in scopes:
                 for stmt in statements:
                     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -319,7 +319,7 @@ def _annotation_text(node: ast.expr) -> str:
     return ast.unparse(node)
 
 
-def from_def(node: ast.FunctionDef | ast.AsyncFunctionDef) -> Signature:
+def from_def(node: FunctionNode) -> Signature:
     """The parameters a def declares, in ``inspect`` order and kinds."""
     args = node.args
     params: list[Parameter] = []
@@ -344,7 +344,7 @@ def _param(arg: ast.arg, kind: ParamKind, default: ast.expr | None) -> Parameter
                      annotation)
 
 
-def _own_returns(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Return]:
+def _own_returns(node: FunctionNode) -> list[ast.Return]:
     """The return statements of ``node`` itself, not of the functions nested in it."""
     found: list[ast.Return] = []
     stack: list[ast.AST] = list(node.body)
@@ -357,7 +357,7 @@ def _own_returns(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Retur
     return found
 
 
-def _returned_function(node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+def _returned_function(node: FunctionNode) -> FunctionNode | None:
     """The inner def a decorator (factory) returns, if it returns one by name."""
     inner = {s.name: s for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for ret in _own_returns(node):
@@ -366,7 +366,7 @@ def _returned_function(node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Func
     return None
 
 
-def _returns_param(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+def _returns_param(node: FunctionNode) -> bool:
     """A decorator that hands back what it was given (possibly after registering it)."""
     params = {a.arg for a in node.args.posonlyargs + node.args.args}
     returns = [r for r in _own_returns(node) if r.value is not None]

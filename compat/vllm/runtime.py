@@ -11,14 +11,20 @@ import importlib
 import importlib.util
 import inspect
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from compat.errors import CompatError
 from compat.signature import Parameter, ParamKind, Signature
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
+
+if TYPE_CHECKING:
+    from compat.facts import Fact
+
+T = TypeVar("T")
 
 _KINDS = {
     inspect.Parameter.POSITIONAL_ONLY: ParamKind.POSITIONAL_ONLY,
@@ -27,6 +33,19 @@ _KINDS = {
     inspect.Parameter.KEYWORD_ONLY: ParamKind.KEYWORD_ONLY,
     inspect.Parameter.VAR_KEYWORD: ParamKind.VAR_KEYWORD,
 }
+
+
+@dataclass(frozen=True, eq=False)
+class RuntimeObject:
+    """The live object behind a ``Found`` of the runtime reading (``raw``: the class attribute as stored, a
+    ``property`` or ``staticmethod`` before the descriptor protocol unwraps it)."""
+
+    value: Any
+    raw: Any = None
+
+
+def live(found: Found) -> RuntimeObject | None:
+    return found.handle if isinstance(found.handle, RuntimeObject) else None
 
 
 class VllmImportError(CompatError):
@@ -138,14 +157,15 @@ class RuntimeSurface:
         if canonical.startswith(self.package):
             static = self.static.lookup(canonical)
             location = static.location if isinstance(static, Found) else None
-        return Found(canonical, kind, location, handle=("runtime", obj))
+        return Found(canonical, kind, location, handle=RuntimeObject(obj))
 
     def member(self, owner: Found, name: str) -> Lookup:
         if owner.kind == "external":
             return Found(f"{owner.path}.{name}", "external")
-        obj = owner.handle[1] if owner.handle and owner.handle[0] == "runtime" else None
-        if obj is None:
+        handle = live(owner)
+        if handle is None:
             return self.static.member(owner, name)
+        obj = handle.value
         if owner.kind == "module":
             result = self._attribute(obj, owner.path, name)
             return self._found(result[0], f"{owner.path}.{name}") if isinstance(result, tuple) else result
@@ -175,18 +195,18 @@ class RuntimeSurface:
             if isinstance(static_owner, Found):
                 static_member = self.static.member(static_owner, name)
                 location = static_member.location if isinstance(static_member, Found) else None
-            return Found(f"{owner.path}.{name}", kind, location or found.location, handle=("runtime", value, raw))
+            return Found(f"{owner.path}.{name}", kind, location or found.location, handle=RuntimeObject(value, raw))
         return self.static.member(owner, name)
 
     # ---- signatures and types -------------------------------------------------------------
     def signature(self, obj: Found) -> Signature | Unresolved:
-        if not obj.handle or obj.handle[0] != "runtime":
+        handle = live(obj)
+        if handle is None:
             return self.static.signature(obj)
-        value = obj.handle[1]
+        value = handle.value
         if obj.kind == "property":
-            raw = obj.handle[2] if len(obj.handle) > 2 else value
-            getter = getattr(raw, "fget", None) or getattr(raw, "func", None)
-            value = getter
+            raw = handle.raw if handle.raw is not None else value
+            value = getattr(raw, "fget", None) or getattr(raw, "func", None)
         try:
             sig = to_signature(inspect.signature(value))
         except (TypeError, ValueError) as exc:
@@ -209,12 +229,17 @@ class RuntimeSurface:
     def member_names(self, owner: Found) -> tuple[str, ...]:
         twin = self._static_twin(owner)
         names = set(self.static.member_names(twin)) if isinstance(twin, Found) else set()
-        if owner.handle and owner.handle[0] == "runtime":
-            names.update(dir(owner.handle[1]))
+        handle = live(owner)
+        if handle is not None:
+            names.update(dir(handle.value))
         return tuple(sorted(names))
 
     def definitions(self, name: str) -> tuple[str, ...]:
         return self.static.definitions(name)
 
-    def fact(self, key: str, compute):
-        return compute(self.static)
+    def fact(self, fact: Fact[T], *inputs: Any) -> T:
+        """Facts are read from the installed files' code (``observed`` runs the installed build itself)."""
+        return self.static.fact(fact, *inputs)
+
+    def save(self) -> None:
+        """The runtime reading keeps nothing between audits: the installed build may change."""

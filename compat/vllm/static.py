@@ -11,15 +11,21 @@ from __future__ import annotations
 import ast
 import builtins
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from compat.location import Location
 from compat.signature import Signature
 from compat.syntax import is_type_checking
 from compat.vllm.callables import CallableReader
+from compat.vllm.definitions import ClassModel, Definition, definition
 from compat.vllm.modules import Binding, ModuleInfo, SourceIndex, target_names
 from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
+
+if TYPE_CHECKING:
+    from compat.facts import Fact
+
+T = TypeVar("T")
 
 # Bases that add no members a consumer could reach and no constructor parameters.
 NEUTRAL_BASES = {
@@ -27,18 +33,6 @@ NEUTRAL_BASES = {
     "object", "ABC", "Generic", "Protocol",
 }
 _MAX_DEPTH = 40
-
-
-@dataclass(eq=False)
-class ClassModel:
-    """A class of the build: its node, module, resolved bases and linearised MRO."""
-
-    found: Found
-    module: ModuleInfo
-    node: ast.ClassDef
-    bases: list[Found | Unresolved | Missing]
-    mro: list[ClassModel] | None = None
-    external: list[str] | None = None
 
 
 class StaticSurface:
@@ -50,6 +44,7 @@ class StaticSurface:
         self.index = SourceIndex(Path(root), package)
         self._classes: dict[tuple[str, int], ClassModel] = {}
         self._definitions: dict[str, list[str]] | None = None
+        self._facts: dict[str, Any] = {}
         self.callables = CallableReader(self)
 
     # ---- names ---------------------------------------------------------------------------
@@ -62,7 +57,7 @@ class StaticSurface:
             info = self.index.module(module)
             if info is None:
                 continue
-            current: Lookup = Found(module, "module", Location(info.relpath, 1), handle=("module", info))
+            current: Lookup = Found(module, "module", Location(info.relpath, 1), handle=Definition(info, info.tree))
             for name in parts[cut:]:
                 if not isinstance(current, Found):
                     break
@@ -85,7 +80,7 @@ class StaticSurface:
         if info.is_package and self.index.exists(f"{module}.{name}"):
             sub = self.index.module(f"{module}.{name}")
             assert sub is not None
-            return Found(sub.name, "module", Location(sub.relpath, 1), handle=("module", sub))
+            return Found(sub.name, "module", Location(sub.relpath, 1), handle=Definition(sub, sub.tree))
         for star in info.star_imports:
             found = self.module_lookup(star, name, depth + 1)
             if isinstance(found, Found):
@@ -103,7 +98,7 @@ class StaticSurface:
             return self._class_found(info, node)  # type: ignore[arg-type]
         if binding.kind == "def":
             return Found(f"{info.name}.{name}", "function", Location(info.relpath, node.lineno),  # type: ignore[attr-defined]
-                         handle=("def", info, node))
+                         handle=Definition(info, node))
         if binding.kind == "import":
             assert binding.module is not None and binding.name is not None
             if self.index.is_internal(binding.module):
@@ -118,7 +113,8 @@ class StaticSurface:
             target = self.index.module(binding.module)
             if target is None:
                 return Found(binding.module, "external")
-            return Found(target.name, "module", Location(target.relpath, 1), handle=("module", target))
+            return Found(target.name, "module", Location(target.relpath, 1),
+                         handle=Definition(target, target.tree))
         if binding.kind == "assign":
             value = getattr(node, "value", None)
             if isinstance(value, (ast.Name, ast.Attribute)):
@@ -126,7 +122,7 @@ class StaticSurface:
                 if isinstance(aliased, Found):
                     return aliased
             return Found(f"{info.name}.{name}", "attribute", Location(info.relpath, node.lineno),  # type: ignore[attr-defined]
-                         handle=("assign", info, node))
+                         handle=Definition(info, node))
         return Unresolved(f"cannot read binding of {info.name}.{name}")
 
     def resolve_expr(self, info: ModuleInfo, expr: ast.expr, depth: int = 0, types: bool = False) -> Lookup:
@@ -155,12 +151,13 @@ class StaticSurface:
     # ---- classes -------------------------------------------------------------------------
     def _class_found(self, info: ModuleInfo, node: ast.ClassDef, qualname: str | None = None) -> Found:
         path = f"{info.name}.{qualname or node.name}"
-        return Found(path, "class", Location(info.relpath, node.lineno), handle=("class", info, node))
+        return Found(path, "class", Location(info.relpath, node.lineno), handle=Definition(info, node))
 
     def class_model(self, found: Found) -> ClassModel | None:
-        if found.kind != "class" or not found.handle:
+        defined = definition(found)
+        if found.kind != "class" or defined is None or not isinstance(defined.node, ast.ClassDef):
             return None
-        _, info, node = found.handle
+        info, node = defined.module, defined.node
         key = (str(info.path), node.lineno)
         model = self._classes.get(key)
         if model is None:
@@ -212,33 +209,34 @@ class StaticSurface:
             return Unresolved(f"cannot read class {owner.path}")
         order, external = self.mro(model)
         for cls in order:
-            found = self._own_member(cls, name)
+            found = self.own_member(cls, name)
             if found is not None:
                 return found
         for cls in order:
             found = self._instance_attribute(cls, name)
             if found is not None:
                 return found
-        if any(self._own_member(cls, "__getattr__") for cls in order):
+        if any(self.own_member(cls, "__getattr__") for cls in order):
             return Unresolved(f"{owner.path} defines __getattr__; '{name}' may be provided dynamically")
         if external:
             return Unresolved(f"{owner.path} inherits from {', '.join(external)} (outside the build); "
                               f"'{name}' may come from there")
         return Missing(f"{owner.path} has no attribute '{name}'")
 
-    def _own_member(self, cls: ClassModel, name: str) -> Found | None:
+    def own_member(self, cls: ClassModel, name: str) -> Found | None:
+        """``name`` as the body of ``cls`` itself defines it (the last definition wins), not inherited."""
         found: Found | None = None
         for stmt in _class_body(cls.node.body):
             path = f"{cls.found.path}.{name}"
             loc = Location(cls.module.relpath, stmt.lineno)
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
-                found = Found(path, _method_kind(stmt), loc, handle=("method", cls, stmt))
+                found = Found(path, _method_kind(stmt), loc, handle=Definition(cls.module, stmt, cls))
             elif isinstance(stmt, ast.ClassDef) and stmt.name == name:
-                found = Found(path, "class", loc, handle=("class", cls.module, stmt))
+                found = Found(path, "class", loc, handle=Definition(cls.module, stmt, cls))
             elif isinstance(stmt, ast.Assign) and name in [n for t in stmt.targets for n in target_names(t)]:
-                found = Found(path, "attribute", loc, handle=("classattr", cls, stmt))
+                found = Found(path, "attribute", loc, handle=Definition(cls.module, stmt, cls))
             elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
-                found = Found(path, "attribute", loc, handle=("classattr", cls, stmt))
+                found = Found(path, "attribute", loc, handle=Definition(cls.module, stmt, cls))
         return found
 
     def _instance_attribute(self, cls: ClassModel, name: str) -> Found | None:
@@ -258,20 +256,22 @@ class StaticSurface:
                     if (isinstance(target, ast.Attribute) and target.attr == name
                             and isinstance(target.value, ast.Name) and target.value.id == self_name):
                         return Found(f"{cls.found.path}.{name}", "instance-attribute",
-                                     Location(cls.module.relpath, sub.lineno), handle=("instattr", cls, sub, stmt))
-        slots = self._own_member(cls, "__slots__")
-        if slots is not None and slots.handle:
-            value = getattr(slots.handle[2], "value", None)
-            if isinstance(value, (ast.Tuple, ast.List)) and any(
-                    isinstance(e, ast.Constant) and e.value == name for e in value.elts):
-                return Found(f"{cls.found.path}.{name}", "instance-attribute", slots.location,
-                             handle=("slot", cls, slots.handle[2]))
+                                     Location(cls.module.relpath, sub.lineno),
+                                     handle=Definition(cls.module, sub, cls, stmt))
+        slots = self.own_member(cls, "__slots__")
+        defined = definition(slots) if slots is not None else None
+        value = getattr(defined.node, "value", None) if defined is not None else None
+        if defined is not None and isinstance(value, (ast.Tuple, ast.List)) and any(
+                isinstance(e, ast.Constant) and e.value == name for e in value.elts):
+            return Found(f"{cls.found.path}.{name}", "instance-attribute", slots.location,  # type: ignore[union-attr]
+                         handle=Definition(cls.module, defined.node, cls))
         return None
 
     def member_names(self, owner: Found) -> tuple[str, ...]:
         """Names reachable on a class (class body and instance attributes along the MRO) or module."""
-        if owner.kind == "module" and owner.handle:
-            info = owner.handle[1]
+        defined = definition(owner)
+        if owner.kind == "module" and defined is not None:
+            info = defined.module
             return tuple(sorted(set(info.bindings) | set(info.lazy)))
         model = self.class_model(owner) if owner.kind == "class" else None
         if model is None:
@@ -300,31 +300,27 @@ class StaticSurface:
     def result_type(self, obj: Found) -> Lookup:
         if obj.kind == "class":
             return obj
-        if obj.kind in ("function", "method", "classmethod", "staticmethod", "property"):
-            node = obj.handle[2]
-            info = obj.handle[1] if obj.handle[0] == "def" else obj.handle[1].module
-            if node.returns is None:
+        defined = definition(obj)
+        if obj.kind in ("function", "method", "classmethod", "staticmethod", "property") and defined is not None \
+                and defined.function is not None:
+            if defined.function.returns is None:
                 return Unresolved(f"{obj.path} has no return annotation")
-            return self.annotation_class(info, node.returns)
+            return self.annotation_class(defined.module, defined.function.returns)
         return Unresolved(f"{obj.path} is a {obj.kind}; calling it is not understood statically")
 
     def attribute_type(self, owner: Found, name: str) -> Lookup:
         found = self.member(owner, name)
         if not isinstance(found, Found):
             return found
-        kind = found.handle[0] if found.handle else None
+        defined = definition(found)
         if found.kind == "property":
             return self.result_type(found)
-        if kind == "classattr":
-            cls, stmt = found.handle[1], found.handle[2]
+        class_attribute = found.kind == "attribute" and defined is not None and defined.owner is not None
+        if defined is not None and (class_attribute or defined.method is not None):
+            stmt = defined.node
             if isinstance(stmt, ast.AnnAssign):
-                return self.annotation_class(cls.module, stmt.annotation)
-            return self._value_class(cls.module, stmt.value, None)
-        if kind == "instattr":
-            cls, stmt, method = found.handle[1], found.handle[2], found.handle[3]
-            if isinstance(stmt, ast.AnnAssign):
-                return self.annotation_class(cls.module, stmt.annotation)
-            return self._value_class(cls.module, getattr(stmt, "value", None), method)
+                return self.annotation_class(defined.module, stmt.annotation)
+            return self._value_class(defined.module, getattr(stmt, "value", None), defined.method)
         if found.kind == "class":
             return found
         return Unresolved(f"the type of {found.path} is not declared")
@@ -367,9 +363,14 @@ class StaticSurface:
             return Unresolved(f"annotation {ast.unparse(annotation)} is not a class")
         return found
 
-    def fact(self, key: str, compute):
-        """A JSON-able fact computed from this reading's code (memoised by ``CachedSurface``)."""
-        return compute(self)
+    def fact(self, fact: Fact[T], *inputs: Any) -> T:
+        key = fact.key(inputs)
+        if key not in self._facts:
+            self._facts[key] = fact.read(self, *inputs)
+        return self._facts[key]
+
+    def save(self) -> None:
+        """A plain static reading keeps nothing between audits (``CachedSurface`` does)."""
 
     # ---- where names live ----------------------------------------------------------------
     def definitions(self, name: str) -> tuple[str, ...]:

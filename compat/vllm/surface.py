@@ -8,10 +8,15 @@ questions with the same objects.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from compat.location import Location
 from compat.signature import Signature
+
+if TYPE_CHECKING:
+    from compat.facts import Fact
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,8 @@ class Found:
     """module, class, function, method, property, attribute, external."""
     location: Location | None = None
     handle: Any = field(default=None, compare=False, repr=False)
-    """Reader-private: what the reader needs to answer further questions about it."""
+    """Reader-private: what the reading that made it needs to answer further questions (a static
+    ``Definition``, a ``RuntimeObject``); read it only through that reading's own accessors."""
 
 
 @dataclass(frozen=True)
@@ -73,5 +79,14 @@ class Surface(Protocol):
     def attribute_type(self, owner: Found, name: str) -> Lookup:
         """The class of attribute ``name`` on instances of ``owner``."""
 
+    def member_names(self, owner: Found) -> tuple[str, ...]:
+        """Every name reachable on a class (class body and instance attributes along the MRO) or a module."""
+
     def definitions(self, name: str) -> tuple[str, ...]:
         """Dotted paths of the top-level definitions of ``name`` anywhere in the build."""
+
+    def fact(self, fact: Fact[T], *inputs: Any) -> T:
+        """What the build's code does about one concern (see ``compat.facts``), once per fact and inputs."""
+
+    def save(self) -> None:
+        """Keep what was learnt for the next audit (a no-op for readings that keep nothing)."""

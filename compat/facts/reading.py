@@ -1,20 +1,27 @@
-"""Facts about what a vLLM build's code does, read from its source for the semantic probes.
-
-Each module reads one concern (reply shapes, the execution protocol, block hashing, model
-conventions, the start-up sequence) from a ``StaticSurface`` and returns plain JSON-able data, so
-that the answer is cached per build and the probes stay free of AST walking.
-"""
+"""Helpers for the fact readers: where a def of the build is, and small readings of its syntax."""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from dataclasses import dataclass
 
+from compat.vllm.definitions import FunctionNode, definition
+from compat.vllm.modules import ModuleInfo
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import Found
 
 
-def loc(found_or_info, node: ast.AST | None = None) -> str | None:
+@dataclass(frozen=True)
+class Code:
+    """A def of the build: the Found that names it, its node and the module it is in."""
+
+    found: Found
+    node: FunctionNode
+    module: ModuleInfo
+
+
+def loc(found_or_info: Found | ModuleInfo | None, node: ast.AST | None = None) -> str | None:
     """'file:line' for a node of a module (or the location of a Found)."""
     if isinstance(found_or_info, Found):
         return str(found_or_info.location) if found_or_info.location else None
@@ -23,24 +30,25 @@ def loc(found_or_info, node: ast.AST | None = None) -> str | None:
     return f"{found_or_info.relpath}:{getattr(node, 'lineno', 0)}"
 
 
-def method(surface: StaticSurface, owner: str | Found, name: str):
-    """(Found, FunctionDef, ModuleInfo) of a method along the MRO, or None."""
+def method(surface: StaticSurface, owner: str | Found, name: str) -> Code | None:
+    """A method along the MRO of a class (given by path or Found), or None."""
     found = surface.lookup(owner) if isinstance(owner, str) else owner
     if not isinstance(found, Found) or found.kind != "class":
         return None
     member = surface.member(found, name)
-    if not isinstance(member, Found) or not member.handle or member.handle[0] != "method":
+    defined = definition(member) if isinstance(member, Found) else None
+    if defined is None or defined.owner is None or defined.function is None:
         return None
-    cls, node = member.handle[1], member.handle[2]
-    return member, node, cls.module
+    return Code(member, defined.function, defined.module)  # type: ignore[arg-type]
 
 
-def function(surface: StaticSurface, path: str):
-    """(Found, FunctionDef, ModuleInfo) of a module-level function, or None."""
+def function(surface: StaticSurface, path: str) -> Code | None:
+    """A module-level function, or None."""
     found = surface.lookup(path)
-    if not isinstance(found, Found) or not found.handle or found.handle[0] != "def":
+    defined = definition(found) if isinstance(found, Found) else None
+    if defined is None or defined.owner is not None or defined.function is None:
         return None
-    return found, found.handle[2], found.handle[1]
+    return Code(found, defined.function, defined.module)  # type: ignore[arg-type]
 
 
 def find_class(surface: StaticSurface, name: str, prefer: str = "") -> Found | None:

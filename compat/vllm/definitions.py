@@ -1,0 +1,65 @@
+"""What the static reading keeps about each name it resolves, so that later questions about it need no search.
+
+A ``Found`` made by the static reading carries a ``Definition`` as its handle: the module, the node that
+defines the name and, for members of a class, the class (and for an instance attribute, the method that
+assigns it). ``ClassModel`` is a class with its resolved bases and linearised MRO. ``Reading`` is what the
+signature reader (``callables``) needs from the static reading.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Protocol
+
+from compat.vllm.modules import ModuleInfo
+from compat.vllm.surface import Found, Lookup, Missing, Unresolved
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(eq=False)
+class ClassModel:
+    """A class of the build: its node, module, resolved bases and linearised MRO."""
+
+    found: Found
+    module: ModuleInfo
+    node: ast.ClassDef
+    bases: list[Found | Unresolved | Missing]
+    mro: list[ClassModel] | None = None
+    external: list[str] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Definition:
+    """Where a name is defined: a module (``node`` is its tree), a top-level statement, a statement of a class
+    body (``owner``), or an instance attribute (``owner``, and ``method`` unless it comes from ``__slots__``)."""
+
+    module: ModuleInfo
+    node: ast.AST
+    owner: ClassModel | None = None
+    method: FunctionNode | None = None
+
+    @property
+    def function(self) -> FunctionNode | None:
+        """The def, when the name is a function or a method."""
+        return self.node if isinstance(self.node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+
+def definition(found: Found) -> Definition | None:
+    """The static definition behind a ``Found`` (None for external names, runtime objects and memo answers)."""
+    return found.handle if isinstance(found.handle, Definition) else None
+
+
+class Reading(Protocol):
+    """The static reading's questions that the signature reader asks back."""
+
+    def class_model(self, found: Found) -> ClassModel | None: ...
+
+    def mro(self, model: ClassModel, depth: int = 0) -> tuple[list[ClassModel], list[str]]: ...
+
+    def own_member(self, cls: ClassModel, name: str) -> Found | None: ...
+
+    def resolve_expr(self, info: ModuleInfo, expr: ast.expr, depth: int = 0, types: bool = False) -> Lookup: ...
+
+    def module_lookup(self, module: str, name: str, depth: int = 0) -> Lookup: ...
