@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -26,7 +26,6 @@ class Evidence:
     written_for: str | None = None
     audited: str | None = None
     written_for_build: str | None = None
-    written_for_location: str | None = None
     traceback: str | None = None
     extra: tuple[tuple[str, str], ...] = ()
 
@@ -34,13 +33,21 @@ class Evidence:
         out: dict[str, Any] = {"written_for": self.written_for, "audited": self.audited}
         if self.written_for_build:
             out["written_for_build"] = self.written_for_build
-        if self.written_for_location:
-            out["written_for_location"] = self.written_for_location
         if self.traceback:
             out["traceback"] = self.traceback
         for key, value in self.extra:
             out[key] = value
         return out
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What a runtime finding says of the static verdicts of ``probes``: the engine agrees (True), disagrees
+    (False), or could not confirm them (None); ``text`` names what was compared."""
+
+    probes: tuple[str, ...]
+    agree: bool | None
+    text: str
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,8 @@ class Finding:
     """The allow-list reason when the finding was accepted."""
     touchpoint: str | None = None
     """The touchpoint as the scan named it; with probe and location, a finding's identity across builds."""
+    confirmation: Confirmation | None = None
+    """For the runtime confirmation's findings: their verdict on other probes' static findings."""
 
     def __post_init__(self) -> None:
         if not self.message or not self.message.strip():
@@ -70,9 +79,6 @@ class Finding:
     def key(self) -> tuple[str, str, str | None]:
         """Identity across builds: the same probe on the same consumer line and symbol."""
         return (self.probe, self.touchpoint or self.symbol, self.consumer_location)
-
-    def with_status(self, status: Status, message: str | None = None) -> Finding:
-        return replace(self, status=status, message=message or self.message)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

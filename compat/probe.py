@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from compat.consumer.model import Kind, Ref, Scan, TouchPoint
+from compat.facts import Fact
 from compat.findings import Evidence, Finding, Status
 from compat.vllm.surface import Found, Lookup, Surface, Unresolved
 
+T = TypeVar("T")
 DEFAULT_WORKER_CLASS = "vllm.v1.worker.gpu_worker.Worker"
 DEFAULT_ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
                          "KimiK25ForConditionalGeneration")
@@ -30,8 +32,6 @@ class ProbeContext:
     confirm: bool = False
     """Run the runtime confirmation (installed vLLM only)."""
     confirm_timeout: float = 300.0
-    confirmed: dict[str, list[tuple[bool | None, str]]] = field(default_factory=dict)
-    """Runtime verdicts by probe name, filled by the confirmation probe (None: could not be confirmed)."""
     _memo: dict[Any, Any] = field(default_factory=dict)
 
     def touchpoints(self, kinds: Iterable[Kind]) -> list[TouchPoint]:
@@ -82,12 +82,12 @@ class ProbeContext:
             return surface.member(owner, ref.name)
         return self.class_of(ref, surface)
 
-    def fact(self, key: str, compute, surface: Surface | None = None):
-        """A fact about the build's code (see ``compat.facts``), computed once per build and cached."""
+    def fact(self, fact: Fact[T], *inputs: Any, surface: Surface | None = None) -> T:
+        """A fact about the build's code (see ``compat.facts``), read once per build and inputs."""
         surface = surface or self.surface
-        memo = ("fact", id(surface), key)
+        memo = ("fact", id(surface), fact.key(inputs))
         if memo not in self._memo:
-            self._memo[memo] = surface.fact(key, compute)  # type: ignore[attr-defined]
+            self._memo[memo] = surface.fact(fact, *inputs)
         return self._memo[memo]
 
     @staticmethod

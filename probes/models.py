@@ -38,7 +38,7 @@ class ModelConventionProbe(Probe):
     def run(self, ctx: ProbeContext) -> Iterable[Finding]:
         for patch in ctx.scan.model_patches:
             for arch in ctx.architectures:
-                facts = ctx.fact(f"model:{arch}", lambda s, a=arch: models.read(s, a))
+                facts = ctx.fact(models.FACT, arch)
                 yield from self.judge(ctx, patch, arch, facts)
 
     def _finding(self, patch: ModelPatch, arch: str, aspect: str, status: Status, message: str,
@@ -48,13 +48,13 @@ class ModelConventionProbe(Probe):
                        evidence or Evidence(), fix, kind="model", code=patch.code,
                        touchpoint=f"{patch.function}@{arch}:{aspect}")
 
-    def judge(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: dict) -> Iterable[Finding]:
-        if not facts.get("registered"):
+    def judge(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:
+        if not facts.registered:
             yield self._finding(patch, arch, "registry", Status.UNKNOWN,
                                 f"{arch} is not in this build's model registry; the consumer cannot run it here", None)
             return
-        if "error" in facts:
-            yield self._finding(patch, arch, "stack", Status.UNKNOWN, facts["error"], facts["class_at"])
+        if facts.error or facts.path is None:
+            yield self._finding(patch, arch, "stack", Status.UNKNOWN, str(facts.error), facts.class_at)
             return
         yield self._path(patch, arch, facts)
         yield from self._members(ctx, patch, arch, facts)
@@ -62,27 +62,27 @@ class ModelConventionProbe(Probe):
         yield from self._forward_signature(patch, arch, facts)
         yield from self._eagle3(ctx, patch, arch, facts)
 
-    def _path(self, patch: ModelPatch, arch: str, facts: dict) -> Finding:
-        mine, theirs = consumer_path(patch.target), facts["path"]
+    def _path(self, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Finding:
+        mine, theirs = consumer_path(patch.target), list(facts.path or ())
         build_path = ".".join(["model", *theirs])
-        evidence = Evidence(audited=f"{facts['class']} -> {build_path} ({facts['base']})")
+        evidence = Evidence(audited=f"{facts.cls} -> {build_path} ({facts.base})")
         if mine is None:
             return self._finding(patch, arch, "path", Status.UNKNOWN, f"cannot tell which object the consumer patches; "
-                                 f"for {arch} the decoder stack is {build_path}", facts["base_at"], evidence=evidence)
+                                 f"for {arch} the decoder stack is {build_path}", facts.base_at, evidence=evidence)
         consumer = ".".join(["model", *mine])
         if mine == theirs:
             return self._finding(patch, arch, "path", Status.OK,
-                                 f"the consumer patches {consumer}, the decoder stack of {arch}", facts["base_at"],
+                                 f"the consumer patches {consumer}, the decoder stack of {arch}", facts.base_at,
                                  evidence=evidence)
         return self._finding(patch, arch, "path", Status.BROKEN,
                              f"the consumer patches {consumer}, but the decoder stack of {arch} is {build_path} "
-                             f"({facts['base']})", facts["class_at"], evidence=evidence,
+                             f"({facts.base})", facts.class_at, evidence=evidence,
                              fix=f"reach the decoder stack as {build_path} for {arch}")
 
-    def _members(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: dict) -> Iterable[Finding]:
+    def _members(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:
         assigned = {tp.attribute for tp in ctx.scan.touchpoints if tp.kind == Kind.ATTRIBUTE and tp.store
                     and tp.receiver == patch.target}
-        members = set(facts["base_members"])
+        members = set(facts.base_members)
         seen = set()
         for use in patch.self_uses:
             if use.name in seen or use.name in assigned:
@@ -90,93 +90,93 @@ class ModelConventionProbe(Probe):
             seen.add(use.name)
             if use.name in members:
                 yield self._finding(patch, arch, f"member:{use.name}", Status.OK,
-                                    f"{facts['base']}.{use.name} exists", facts["base_at"], use.location)
+                                    f"{facts.base}.{use.name} exists", facts.base_at, use.location)
                 continue
             close = difflib.get_close_matches(use.name, list(members), n=1, cutoff=0.5)
             if use.name in models.EMBEDDING_METHODS:
-                close = list(facts["embedding"]) or close
+                close = list(facts.embedding) or close
             yield self._finding(
                 patch, arch, f"member:{use.name}", Status.BROKEN,
-                f"the replacement forward {'calls' if use.call else 'reads'} self.{use.name}, which {facts['base']} "
-                f"({arch}) does not have" + (f"; it has {close[0]}" if close else ""), facts["base_at"], use.location,
-                Evidence(audited=", ".join(f"{k} ({v})" for k, v in facts["embedding"].items()) or None),
+                f"the replacement forward {'calls' if use.call else 'reads'} self.{use.name}, which {facts.base} "
+                f"({arch}) does not have" + (f"; it has {close[0]}" if close else ""), facts.base_at, use.location,
+                Evidence(audited=", ".join(f"{k} ({v})" for k, v in facts.embedding.items()) or None),
                 fix=f"use self.{close[0]}" if close else None)
 
-    def _layer_call(self, patch: ModelPatch, arch: str, facts: dict) -> Iterable[Finding]:
-        layer, build_call = facts.get("layer"), facts.get("layer_call")
+    def _layer_call(self, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:
+        layer, build_call = facts.layer, facts.layer_call
         if not patch.layer_calls:
             return
         call = patch.layer_calls[0]
         if layer is None or build_call is None:
             yield self._finding(patch, arch, "layer-call", Status.UNKNOWN,
-                                f"cannot tell how {facts['base']} calls its decoder layers", facts["base_at"],
+                                f"cannot tell how {facts.base} calls its decoder layers", facts.base_at,
                                 call.location)
             return
-        params = [Parameter(n, ParamKind(k), d) for n, k, d in layer["parameters"]]
-        sig = Signature(tuple(params))
-        evidence = Evidence(written_for=None, audited=f"{layer['class']}.forward{layer['forward']}; the build calls "
-                                                      f"{build_call['code']} ({build_call['at']})")
+        params = layer.parameters
+        sig = layer.signature
+        evidence = Evidence(written_for=None, audited=f"{layer.cls}.forward{layer.forward}; the build calls "
+                                                      f"{build_call.code} ({build_call.at})")
         problems = sig.bind(call.call or CallShape(), "the decoder layer")
         if problems:
             yield self._finding(patch, arch, "layer-call", Status.BROKEN, "; ".join(p.message for p in problems),
-                                layer["at"], call.location, evidence)
+                                layer.at, call.location, evidence)
             return
         positional_names = [p.name for p in params if p.kind in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")]
-        passed_by_build = set(positional_names[: len(build_call["positional"])]) | set(build_call["keywords"])
+        passed_by_build = set(positional_names[: len(build_call.positional)]) | set(build_call.keywords)
         passed_by_consumer = set(positional_names[: call.call.positional]) | set(call.call.keywords)
         dropped = sorted(passed_by_build - passed_by_consumer)
-        drops_kwargs = bool(build_call["star_kwargs"]) and not call.call.star_kwargs
+        drops_kwargs = bool(build_call.star_kwargs) and not call.call.star_kwargs
         if dropped or drops_kwargs:
-            what = ", ".join(dropped + [f"**{k}" for k in build_call["star_kwargs"]] if drops_kwargs else dropped)
+            what = ", ".join(dropped + [f"**{k}" for k in build_call.star_kwargs] if drops_kwargs else dropped)
             yield self._finding(
                 patch, arch, "layer-call", Status.CHANGED,
-                f"the replacement forward calls each layer without {what}, which {facts['base']}.forward passes "
-                f"({build_call['code']}): the layers run with their defaults, a silent change of values",
-                build_call["at"], call.location, evidence,
-                fix=f"call the layer as the build does: {build_call['code']}")
+                f"the replacement forward calls each layer without {what}, which {facts.base}.forward passes "
+                f"({build_call.code}): the layers run with their defaults, a silent change of values",
+                build_call.at, call.location, evidence,
+                fix=f"call the layer as the build does: {build_call.code}")
             return
-        yield self._finding(patch, arch, "layer-call", Status.OK, f"the layer call binds to {layer['class']}.forward"
-                            f"{layer['forward']} and passes what the build passes", layer["at"], call.location,
+        yield self._finding(patch, arch, "layer-call", Status.OK, f"the layer call binds to {layer.cls}.forward"
+                            f"{layer.forward} and passes what the build passes", layer.at, call.location,
                             evidence)
 
-    def _forward_signature(self, patch: ModelPatch, arch: str, facts: dict) -> Iterable[Finding]:
+    def _forward_signature(self, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:
         mine = _signature(patch)
-        top_call, base_forward = facts.get("top_calls_base"), facts.get("base_forward")
+        top_call, base_forward = facts.top_calls_base, facts.base_forward
         if top_call is not None:
-            shape = CallShape(top_call["positional"], tuple(top_call["keywords"]), False, top_call["star_kwargs"])
+            shape = CallShape(top_call.positional, top_call.keywords, False, top_call.star_kwargs)
             problems = mine.bind(shape, "the replacement forward")
             if problems:
                 yield self._finding(patch, arch, "forward", Status.BROKEN, "; ".join(p.message for p in problems)
-                                    + f" ({facts['class']} calls {top_call['code']})", top_call["at"],
-                                    patch.definition, Evidence(audited=top_call["code"]))
+                                    + f" ({facts.cls} calls {top_call.code})", top_call.at,
+                                    patch.definition, Evidence(audited=top_call.code))
                 return
-        if base_forward and base_forward["var_kwargs"] and not patch.accepts_var_kwargs:
+        if base_forward and base_forward.var_kwargs and not patch.accepts_var_kwargs:
             yield self._finding(
                 patch, arch, "forward", Status.CHANGED,
-                f"{facts['base']}.forward takes **{base_forward['parameters'][-1]} and passes them on to its layers; "
+                f"{facts.base}.forward takes **{base_forward.parameters[-1]} and passes them on to its layers; "
                 f"the replacement forward ({', '.join(patch.parameters)}) neither accepts nor forwards them",
-                base_forward["at"], patch.definition,
-                Evidence(audited=f"forward({', '.join(base_forward['parameters'])})"),
-                fix=f"accept **{base_forward['parameters'][-1]} and pass them to each layer")
+                base_forward.at, patch.definition,
+                Evidence(audited=f"forward({', '.join(base_forward.parameters)})"),
+                fix=f"accept **{base_forward.parameters[-1]} and pass them to each layer")
             return
         yield self._finding(patch, arch, "forward", Status.OK, "the replacement forward accepts what the build "
-                            "passes to the base model", (base_forward or {}).get("at"), patch.definition)
+                            "passes to the base model", base_forward.at if base_forward else None, patch.definition)
 
-    def _eagle3(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: dict) -> Iterable[Finding]:
+    def _eagle3(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:
         checks = [tp for tp in ctx.scan.touchpoints if tp.kind == Kind.CALL and tp.symbol.endswith("supports_eagle3")]
         if not checks:
             return
-        if facts["eagle3"] is None:
+        if facts.eagle3 is None:
             yield self._finding(patch, arch, "eagle3", Status.UNKNOWN, "cannot read the SupportsEagle3 protocol of "
-                                "this build", facts["class_at"], checks[0].location)
-        elif facts["eagle3"]:
-            yield self._finding(patch, arch, "eagle3", Status.OK, f"{facts['class']} is marked SupportsEagle3, so the "
-                                "consumer's supports_eagle3() check accepts it", facts["class_at"], checks[0].location)
+                                "this build", facts.class_at, checks[0].location)
+        elif facts.eagle3:
+            yield self._finding(patch, arch, "eagle3", Status.OK, f"{facts.cls} is marked SupportsEagle3, so the "
+                                "consumer's supports_eagle3() check accepts it", facts.class_at, checks[0].location)
         else:
             yield self._finding(patch, arch, "eagle3", Status.BROKEN,
-                                f"{facts['class']} does not implement SupportsEagle3 in this build (missing "
-                                f"{', '.join(facts['eagle3_missing'])}): the consumer's supports_eagle3() check "
-                                "rejects the model", facts["class_at"], checks[0].location)
+                                f"{facts.cls} does not implement SupportsEagle3 in this build (missing "
+                                f"{', '.join(facts.eagle3_missing)}): the consumer's supports_eagle3() check "
+                                "rejects the model", facts.class_at, checks[0].location)
 
 
 PROBE = ModelConventionProbe(

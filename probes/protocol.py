@@ -20,29 +20,30 @@ class ProtocolProbe(Probe):
         if not isinstance(owner, Found) or not isinstance(member, Found):
             return self.finding(tp, Status.UNKNOWN, f"cannot read execute_model of {tp.receiver.render()}")
         executor, worker = owner.path, ctx.worker_class
-        facts = ctx.fact(f"protocol:{executor}:{worker}", lambda s: protocol.read(s, executor, worker))
-        if "error" in facts:
-            return self.finding(tp, Status.UNKNOWN, f"cannot tell the execution protocol: {facts['error']}")
+        facts = ctx.fact(protocol.FACT, executor, worker)
+        if facts.error:
+            return self.finding(tp, Status.UNKNOWN, f"cannot tell the execution protocol: {facts.error}")
         samples = [t for t in ctx.scan.touchpoints if t.kind == Kind.ATTRIBUTE and t.attribute == "sample_tokens"
                    and t.receiver is not None and isinstance(ctx.class_of(t.receiver), Found)
                    and ctx.class_of(t.receiver).path == executor]
-        evidence = Evidence(audited=f"{facts['model_runner']}.execute_model returns None at {facts['returns_none_at']}"
-                            if facts["two_phase"] else f"{facts['model_runner']}.execute_model returns its output",
-                            extra=tuple((k, str(facts[k])) for k in ("error_text", "error_at", "executor_sample_tokens")
-                                        if facts.get(k)))
-        if not facts["two_phase"]:
+        extra = (("error_text", facts.error_text), ("error_at", facts.error_at),
+                 ("executor_sample_tokens", facts.executor_sample_tokens))
+        evidence = Evidence(audited=f"{facts.model_runner}.execute_model returns None at {facts.returns_none_at}"
+                            if facts.two_phase else f"{facts.model_runner}.execute_model returns its output",
+                            extra=tuple((k, v) for k, v in extra if v))
+        if not facts.two_phase:
             return self.finding(tp, Status.OK, "execute_model() returns the model output itself; no second step is "
-                                "needed", facts["execute_model"], evidence, symbol=f"{executor}.execute_model")
+                                "needed", facts.execute_model, evidence, symbol=f"{executor}.execute_model")
         if samples:
             return self.finding(tp, Status.OK, f"execute_model() can return None and sample_tokens() must follow; the "
-                                f"consumer calls sample_tokens() at {samples[0].location}", facts["execute_model"],
+                                f"consumer calls sample_tokens() at {samples[0].location}", facts.execute_model,
                                 evidence, symbol=f"{executor}.execute_model")
-        failure = facts["error_text"] or "the worker's state machine rejects the next step"
+        failure = facts.error_text or "the worker's state machine rejects the next step"
         return self.finding(
             tp, Status.BROKEN,
-            f"execute_model() returns None in this build (two-phase: {facts['returns_none_at']}) and sample_tokens() "
+            f"execute_model() returns None in this build (two-phase: {facts.returns_none_at}) and sample_tokens() "
             f"must follow each call; the consumer never calls it, so the next execute_model() fails with "
-            f"\"{failure}\" ({facts['error_at'] or 'in the worker'})", facts["error_at"] or facts["execute_model"],
+            f"\"{failure}\" ({facts.error_at or 'in the worker'})", facts.error_at or facts.execute_model,
             evidence, fix="call executor.sample_tokens(None) after every execute_model() that returns None",
             symbol=f"{executor}.execute_model")
 

@@ -19,27 +19,26 @@ class ReplyShapeProbe(Probe):
             return self.finding(tp, Status.UNKNOWN, f"cannot read collective_rpc of {tp.receiver.render()}: "
                                 f"{getattr(rpc, 'reason', 'unknown class')}")
         executor = rpc.path.rsplit(".", 1)[0]
-        facts = ctx.fact(f"replies:{executor}", lambda s: replies.read(s, executor))["multiproc"]
-        if "error" in facts:
-            return self.finding(tp, Status.UNKNOWN, facts["error"])
+        facts = ctx.fact(replies.FACT, executor).multiproc
+        if facts.error:
+            return self.finding(tp, Status.UNKNOWN, facts.error)
         with_rank = tp.call is not None and replies.RANK in tp.call.keywords
-        shape = facts["with_rank"] if with_rank else facts["without_rank"]
+        shape = facts.with_rank if with_rank else facts.without_rank
         how = f"collective_rpc(..., {replies.RANK}=...)" if with_rank else "collective_rpc(...)"
-        where = facts["evidence"] if with_rank else facts["location"]
+        where = facts.evidence if with_rank else facts.location
         described = {"single": "the chosen rank's value itself", "list": "a list with one entry per worker"}
-        evidence = Evidence(audited=f"{how} returns {described.get(shape, shape)} ({facts['evidence']})",
-                            extra=(("reply_code", facts["text"] or ""),) if facts["text"] else ())
+        evidence = Evidence(audited=f"{how} returns {described.get(shape, shape)} ({facts.evidence})",
+                            extra=(("reply_code", facts.text),) if facts.text else ())
         if ctx.written_for is not None:
-            old = ctx.fact(f"replies:{executor}", lambda s: replies.read(s, executor), ctx.written_for)
-            old = old.get("multiproc", {})
-            old_shape = old.get("with_rank") if with_rank else old.get("without_rank")
-            if old_shape:
+            old = ctx.fact(replies.FACT, executor, surface=ctx.written_for).multiproc
+            old_shape = old.with_rank if with_rank else old.without_rank
+            if old_shape and not old.error:
                 evidence = Evidence(written_for=f"{how} returns {described.get(old_shape, old_shape)} "
-                                                f"({old.get('evidence')})", audited=evidence.audited,
+                                                f"({old.evidence})", audited=evidence.audited,
                                     written_for_build=ctx.written_for.build.version, extra=evidence.extra)
-        if with_rank and not facts["accepts_rank"]:
+        if with_rank and not facts.accepts_rank:
             return self.finding(tp, Status.BROKEN, f"{executor}.collective_rpc takes no {replies.RANK}",
-                                facts["location"], evidence)
+                                facts.location, evidence)
         uses = tp.reply_uses
         if not uses:
             return self.finding(tp, Status.OK, f"{how} returns {described.get(shape, shape)}; the consumer does not "

@@ -27,15 +27,14 @@ class StartupProbe(Probe):
         if not executors:
             return
         anchor = executors[0]
-        facts = ctx.fact("startup", startup.read)
-        if "error" in facts:
+        facts = ctx.fact(startup.FACT)
+        if facts.error:
             yield Finding(self.name, Status.UNKNOWN, startup.ENGINE_CORE, str(anchor.location), None,
-                          f"cannot read the engine core's start-up: {facts['error']}", kind="startup")
+                          f"cannot read the engine core's start-up: {facts.error}", kind="startup")
             return
         before = None
         if ctx.written_for is not None:
-            old = ctx.fact("startup", startup.read, ctx.written_for)
-            before = {_norm(s["name"]) for s in old.get("steps", [])}
+            before = {_norm(s.name) for s in ctx.fact(startup.FACT, surface=ctx.written_for).steps}
         done = set()
         for tp in ctx.scan.touchpoints:
             if tp.kind == Kind.RPC and tp.rpc_method:
@@ -44,30 +43,30 @@ class StartupProbe(Probe):
                 done.add(_norm(tp.attribute))
             elif tp.kind == Kind.CALL:
                 done.add(_norm(tp.symbol.rsplit(".", 1)[-1]))
-        for step in facts["steps"]:
-            label = f"{step['kind']} {step['name']}"
-            symbol = step.get("path") or f"{startup.ENGINE_CORE}:{step['name']}"
+        for step in facts.steps:
+            label = f"{step.kind} {step.name}"
+            symbol = step.path or f"{startup.ENGINE_CORE}:{step.name}"
             common = dict(probe=self.name, symbol=symbol, consumer_location=str(anchor.location),
-                          vllm_location=step["at"], kind="startup", code=anchor.code,
-                          touchpoint=f"startup:{step['name']}")
-            if _norm(step["name"]) in done:
+                          vllm_location=step.at, kind="startup", code=anchor.code,
+                          touchpoint=f"startup:{step.name}")
+            if _norm(step.name) in done:
                 yield Finding(status=Status.OK, message=f"the engine core's start-up step {label} is done by the "
                               "consumer too", **common)
-            elif before is not None and _norm(step["name"]) not in before:
+            elif before is not None and _norm(step.name) not in before:
                 yield Finding(status=Status.CHANGED, message=f"the engine core now performs {label} at start-up "
-                              f"({step['at']}), new since vLLM {ctx.written_for.build.version}; the consumer's "
+                              f"({step.at}), new since vLLM {ctx.written_for.build.version}; the consumer's "
                               "hand-built pipeline does not",
                               evidence=Evidence(written_for="not a start-up step",
-                                                audited=f"{label} ({step['at']})",
+                                                audited=f"{label} ({step.at})",
                                                 written_for_build=ctx.written_for.build.version),
-                              fix=f"repeat what {startup.ENGINE_CORE} does at {step['at']} after creating the "
+                              fix=f"repeat what {startup.ENGINE_CORE} does at {step.at} after creating the "
                                   "executor", **common)
             elif before is not None:
                 yield Finding(status=Status.OK, message=f"the consumer skips the start-up step {label}, as it did "
                               f"with vLLM {ctx.written_for.build.version}", **common)
             else:
                 yield Finding(status=Status.UNKNOWN, message=f"the engine core performs {label} at start-up "
-                              f"({step['at']}); the consumer's pipeline does not", **common)
+                              f"({step.at}); the consumer's pipeline does not", **common)
 
 
 PROBE = StartupProbe(

@@ -4,24 +4,18 @@ import pytest
 
 from compat.audit.pipeline import annotate_runtime
 from compat.confirm import check_in_dtypes, run_child
-from compat.consumer.model import Scan
+from compat.facts.observed import parse_check
 from compat.findings import Finding, Status
-from compat.probe import ProbeContext
 from probes.confirm import PROBE
 
 
-def context() -> ProbeContext:
-    scan = Scan("c", None, "test", "vllm", ())
-    return ProbeContext(scan, surface=None)  # type: ignore[arg-type]
-
-
 def test_agreement_and_disagreement():
-    ctx = context()
-    ok = PROBE._compare(ctx, "replies", "reply shape", "single", "single")
-    bad = PROBE._compare(ctx, "replies", "reply shape", "list", "single")
+    ok = PROBE._compare("replies", "reply shape", "single", "single")
+    bad = PROBE._compare("replies", "reply shape", "list", "single")
     assert ok.status is Status.OK and bad.status is Status.ERROR
     assert "static 'list'" in bad.message and "runtime 'single'" in bad.message
-    assert [agree for agree, _ in ctx.confirmed["reply-shape"]] == [True, False]
+    assert [f.confirmation.probes for f in (ok, bad)] == [("reply-shape",), ("reply-shape",)]
+    assert [f.confirmation.agree for f in (ok, bad)] == [True, False]
 
 
 def crash(end: str, timeout: float = 60) -> dict:
@@ -75,8 +69,7 @@ def test_a_child_that_exits_without_a_result_is_an_error():
 
 
 def test_an_unconfirmed_check_is_unknown_and_marks_its_concerns_unconfirmed():
-    ctx = context()
-    finding = PROBE._error(ctx, "engine", crash("SIGILL"), ("protocol", "model"))
+    finding = PROBE._failed("engine", parse_check(crash("SIGILL"), "engine").run, ("protocol", "model"))
     assert finding.status is Status.UNKNOWN
     assert finding.message.startswith("could not confirm engine on a real engine: the engine check died by SIGILL")
     assert "about to run the kernel" in finding.evidence.traceback
@@ -84,7 +77,7 @@ def test_an_unconfirmed_check_is_unknown_and_marks_its_concerns_unconfirmed():
     # The semantic findings of those concerns say they were not confirmed; the others are left alone.
     semantic = [Finding("protocol", Status.BROKEN, "s", "f.py:1", None, "two-phase"),
                 Finding("reply-shape", Status.BROKEN, "s", "f.py:2", None, "[0] on a value")]
-    annotated = annotate_runtime(semantic, ctx)
+    annotated = annotate_runtime(semantic + [finding])
     runtime = dict(annotated[0].evidence.extra)["runtime"]
     assert runtime.startswith("not confirmed on a real engine: could not confirm: the engine check died by SIGILL")
     assert "runtime" not in dict(annotated[1].evidence.extra)

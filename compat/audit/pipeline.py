@@ -5,28 +5,23 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import traceback
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
-from compat import __version__, sources
 from compat.audit import allowlist
+from compat.audit.result import AuditResult
 from compat.consumer.guards import GuardExpr, HasAttr, Imports, evaluate, render
 from compat.consumer.model import Scan, TouchPoint
 from compat.consumer.scan import scan_tree
+from compat.consumer.source import open_consumer
 from compat.errors import CompatError
-from compat.findings import Evidence, Finding, Status, Verdict
+from compat.findings import Confirmation, Evidence, Finding, Status
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, Probe, ProbeContext
-from compat.report import build_label
 from compat.vllm.builds import OpenedBuild, open_build
-from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Surface
+from compat.vllm.surface import Found, Lookup, Missing, Surface
 
 DEFAULT_CONSUMER = "speculators==0.3.0"
-SCHEMA = "compat.audit/1"
 
 
 @dataclass(frozen=True)
@@ -49,87 +44,16 @@ class AuditOptions:
     confirm_timeout: float = 300.0
 
 
-@dataclass(frozen=True)
-class AuditResult(Verdict):
-    scan: Scan
-    build: BuildInfo
-    findings: tuple[Finding, ...]
-    written_for: BuildInfo | None = None
-    notes: tuple[str, ...] = ()
-    strict: bool = False
-    baseline: BuildInfo | None = None
-    mode: str = "audit"
-
-    tool = "vllm-compat"
-
-    @property
-    def source_root(self) -> str:
-        return self.scan.root
-
-    def title(self) -> str:
-        title = f"{self.scan.name} {self.scan.version or ''}".rstrip() + f" against {build_label(self.build)}"
-        return title + (f" (upgrade from {self.baseline.version})" if self.baseline else "")
-
-    def facts(self) -> list[tuple[str, str]]:
-        scan = self.scan
-        facts = [("consumer", f"{scan.name} {scan.version or ''} ({scan.origin})".replace("  ", " ")),
-                 ("vLLM", f"{build_label(self.build)} - {self.build.origin}")]
-        if self.baseline:
-            facts.append(("baseline", f"{build_label(self.baseline)} - {self.baseline.origin}; only what changed "
-                                      "between the two builds is listed"))
-        elif self.written_for:
-            facts.append(("written for", f"{build_label(self.written_for)} (evidence shows its signatures)"))
-        facts += [("note", n) for n in self.notes]
-        facts.append(("scanned", f"{scan.files} files, {len(scan.touchpoints)} touchpoints"))
-        return facts
-
-    def as_json(self) -> dict:
-        scan = self.scan
-        return {
-            "schema": SCHEMA,
-            "generated_by": f"compat {__version__}",
-            "mode": self.mode,
-            "consumer": {"name": scan.name, "version": scan.version, "origin": scan.origin, "files": scan.files,
-                         "touchpoints": len(scan.touchpoints), "written_for": scan.written_for},
-            "vllm": asdict(self.build),
-            "baseline": asdict(self.baseline) if self.baseline else None,
-            "written_for": asdict(self.written_for) if self.written_for else None,
-            "notes": list(self.notes),
-            "summary": {**self.counts(), "exit_code": self.exit_code, "strict": self.strict},
-            "findings": [f.as_dict() | {"touchpoint": f.touchpoint} for f in self.findings],
-        }
-
-
-def open_consumer(spec: str, target: str = "vllm") -> sources.SourceTree:
-    """A consumer: a path, a wheel/sdist, an installed distribution, or a requirement from the index."""
-    path = Path(spec)
-    if sources.is_archive(spec):
-        return sources.tree_from_archive(path, f"{path.name}")
-    if path.exists() or spec.endswith(".py") or "/" in spec:
-        return sources.tree_from_path(path)
-    try:
-        req = Requirement(spec)
-    except InvalidRequirement as exc:
-        raise CompatError(f"--consumer {spec!r}: not a path, an archive, or a requirement ({exc})") from exc
-    if not req.specifier:
-        try:
-            importlib.metadata.distribution(req.name)
-            return sources.tree_from_installed(req.name)
-        except importlib.metadata.PackageNotFoundError:
-            return sources.tree_from_release(canonicalize_name(req.name), "latest")
-    return sources.tree_from_release(canonicalize_name(req.name), str(req.specifier))
-
-
 @dataclass
 class Auditor:
     options: AuditOptions = field(default_factory=AuditOptions)
 
-    def scan(self) -> Scan:
+    def scan_consumer(self) -> Scan:
         return scan_tree(open_consumer(self.options.consumer, self.options.target), self.options.target)
 
     def run(self, scan: Scan | None = None, opened: OpenedBuild | None = None,
             written_for: Surface | None | str = "auto") -> AuditResult:
-        scan = scan or self.scan()
+        scan = scan or self.scan_consumer()
         opened = opened or open_build(self.options.vllm, self.options.target, self.options.vllm_version)
         surface = opened.surface
         notes = [n for n in (opened.note,) if n]
@@ -149,11 +73,10 @@ class Auditor:
         for problem in scan.problems:
             findings.append(Finding("scan", Status.ERROR, str(problem.location), str(problem.location), None,
                                     problem.message, fix="fix the file's syntax; the rest was audited"))
-        findings.extend(annotate_runtime(run_probes(ctx), ctx))
+        findings.extend(annotate_runtime(run_probes(ctx)))
         for used in (surface, reference):
-            save = getattr(used, "save", None)
-            if save is not None:
-                save()
+            if used is not None:
+                used.save()
         if self.options.allow is not None:
             findings = allowlist.apply(findings, allowlist.load(self.options.allow))
         findings.sort(key=lambda f: (f.status.rank, f.consumer_location or "", f.probe))
@@ -204,23 +127,25 @@ def _guard_state(ctx: ProbeContext, tp: TouchPoint) -> tuple[bool | None, str]:
     return state, "; ".join(reasons)
 
 
-def annotate_runtime(findings: list[Finding], ctx: ProbeContext) -> list[Finding]:
-    """Give each semantic finding the runtime verdict of its concern next to the static one."""
-    if not ctx.confirmed:
-        return findings
+def annotate_runtime(findings: list[Finding]) -> list[Finding]:
+    """Give each semantic finding the runtime confirmation's verdict on its probe, next to the static one."""
+    verdicts: dict[str, list[Confirmation]] = {}
+    for finding in findings:
+        if finding.confirmation is not None:
+            for probe in finding.confirmation.probes:
+                verdicts.setdefault(probe, []).append(finding.confirmation)
     out = []
     for finding in findings:
-        verdicts = ctx.confirmed.get(finding.probe)
-        if verdicts:
-            if any(ok is False for ok, _ in verdicts):
-                head, shown = "DISAGREES with a real engine: ", [text for ok, text in verdicts if ok is False]
-            elif any(ok is None for ok, _ in verdicts):
-                head, shown = "not confirmed on a real engine: ", [text for ok, text in verdicts if ok is None]
+        found = verdicts.get(finding.probe)
+        if found:
+            if any(c.agree is False for c in found):
+                head, shown = "DISAGREES with a real engine: ", [c.text for c in found]
+            elif any(c.agree is None for c in found):
+                head, shown = "not confirmed on a real engine: ", [c.text for c in found if c.agree is None]
             else:
-                head, shown = "confirmed on a real engine: ", [text for _, text in verdicts]
-            summary = head + "; ".join(shown)[:400]
-            finding = replace(finding, evidence=replace(finding.evidence,
-                                                        extra=finding.evidence.extra + (("runtime", summary),)))
+                head, shown = "confirmed on a real engine: ", [c.text for c in found]
+            finding = replace(finding, evidence=replace(finding.evidence, extra=finding.evidence.extra + (
+                ("runtime", head + "; ".join(shown)[:400]),)))
         out.append(finding)
     return out
 

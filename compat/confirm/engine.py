@@ -143,7 +143,7 @@ def _model_facts(worker: Any) -> dict:
     from vllm.model_executor.models.interfaces import supports_eagle3
 
     model = worker.model_runner.model
-    facts: dict[str, Any] = {"class": f"{type(model).__module__}.{type(model).__qualname__}",
+    facts: dict[str, Any] = {"cls": f"{type(model).__module__}.{type(model).__qualname__}",
                              "eagle3": bool(supports_eagle3(model))}
     frontier = [([], model)]
     while frontier:

@@ -5,15 +5,90 @@ how the top model calls the base model, and whether the class is marked as suppo
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass, field, replace
 
-from compat.facts import loc, method
+from compat.facts import Fact
+from compat.facts.reading import loc, method
+from compat.signature import Parameter, ParamKind, Signature
+from compat.syntax import call_shape
 from compat.vllm.callables import from_def
-from compat.vllm.static import ClassModel, StaticSurface
+from compat.vllm.definitions import ClassModel, definition
+from compat.vllm.static import StaticSurface
 from compat.vllm.surface import Found
 
 REGISTRY = "vllm.model_executor.models.registry"
 EMBEDDING_METHODS = ("embed_input_ids", "get_input_embeddings")
+PROTOCOL = "vllm.model_executor.models.interfaces.SupportsEagle3"
 _MAX_DEPTH = 4
+
+
+@dataclass(frozen=True)
+class BaseForward:
+    """The decoder stack's ``forward``: its parameters and whether it takes ``**kwargs`` to pass on."""
+
+    parameters: tuple[str, ...]
+    var_kwargs: bool
+    at: str | None
+
+
+@dataclass(frozen=True)
+class BaseCall:
+    """How the top-level model's ``forward`` calls the decoder stack."""
+
+    positional: int
+    keywords: tuple[str, ...]
+    star_kwargs: bool
+    code: str
+    at: str | None
+
+
+@dataclass(frozen=True)
+class LayerCall:
+    """How the decoder stack's ``forward`` calls each layer: the argument expressions it passes."""
+
+    positional: tuple[str, ...]
+    keywords: tuple[str, ...]
+    star_kwargs: tuple[str, ...]
+    code: str
+    at: str | None
+
+
+@dataclass(frozen=True)
+class Layer:
+    """The decoder layer class and its ``forward`` (parameters without their defaults' text)."""
+
+    cls: str
+    forward: str
+    at: str | None
+    parameters: tuple[Parameter, ...] = ()
+
+    @property
+    def signature(self) -> Signature:
+        return Signature(self.parameters)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """One architecture's conventions in this build (only ``arch`` and ``registered`` when it is not in the
+    registry; ``error`` when its decoder stack cannot be found)."""
+
+    arch: str
+    registered: bool = False
+    cls: str | None = None
+    class_at: str | None = None
+    eagle3: bool | None = None
+    eagle3_missing: tuple[str, ...] = ()
+    error: str | None = None
+    path: tuple[str, ...] | None = None
+    base: str | None = None
+    base_at: str | None = None
+    embedding: dict[str, str | None] = field(default_factory=dict)
+    """The embedding methods the decoder stack has (of ``EMBEDDING_METHODS``), with where they are defined."""
+    base_members: tuple[str, ...] = ()
+    base_forward: BaseForward | None = None
+    top_calls_base: BaseCall | None = None
+    layer_call: LayerCall | None = None
+    layer: Layer | None = None
 
 
 def registry(surface: StaticSurface) -> dict[str, tuple[str, str]]:
@@ -36,10 +111,10 @@ def _init_assignments(surface: StaticSurface, model: ClassModel) -> list[tuple[s
     """``self.X = <value>`` in ``__init__`` along the MRO (first definition wins)."""
     out, seen = [], set()
     for cls in surface.mro(model)[0]:
-        init = surface._own_member(cls, "__init__")
+        init = _own_init(surface, cls)
         if init is None:
             continue
-        for sub in ast.walk(init.handle[2]):
+        for sub in ast.walk(init):
             if isinstance(sub, ast.Assign):
                 for target in sub.targets:
                     for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
@@ -50,6 +125,12 @@ def _init_assignments(surface: StaticSurface, model: ClassModel) -> list[tuple[s
     return out
 
 
+def _own_init(surface: StaticSurface, cls: ClassModel) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    found = surface.own_member(cls, "__init__")
+    defined = definition(found) if found is not None else None
+    return defined.function if defined is not None else None
+
+
 def _class_of_value(surface: StaticSurface, value: ast.expr, owner: ClassModel, depth: int = 0) -> Found | None:
     """The class a constructor expression builds (direct, via a method, a class attribute, or the registry)."""
     if not isinstance(value, ast.Call) or depth > _MAX_DEPTH:
@@ -57,17 +138,19 @@ def _class_of_value(surface: StaticSurface, value: ast.expr, owner: ClassModel, 
     func = value.func
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
         member = surface.member(owner.found, func.attr)
-        if isinstance(member, Found) and member.kind == "method":
-            for sub in ast.walk(member.handle[2]):
+        defined = definition(member) if isinstance(member, Found) else None
+        if defined is None or defined.owner is None:
+            return None
+        if member.kind == "method" and defined.function is not None:  # type: ignore[union-attr]
+            for sub in ast.walk(defined.function):
                 if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Call):
-                    found = _class_of_value(surface, sub.value, member.handle[1], depth + 1)
+                    found = _class_of_value(surface, sub.value, defined.owner, depth + 1)
                     if found is not None:
                         return found
             return None
-        if isinstance(member, Found) and member.kind == "attribute":
-            stmt = member.handle[2]
-            target = getattr(stmt, "value", None)
-            found = surface.resolve_expr(member.handle[1].module, target) if target is not None else None
+        if member.kind == "attribute":  # type: ignore[union-attr]
+            target = getattr(defined.node, "value", None)
+            found = surface.resolve_expr(defined.module, target) if target is not None else None
             return found if isinstance(found, Found) and found.kind == "class" else None
         return None
     name = ast.unparse(func).rsplit(".", 1)[-1]
@@ -113,20 +196,22 @@ def find_stack(surface: StaticSurface, top: Found, depth: int = 0) -> tuple[list
     return None
 
 
-def _layer_loop_call(surface: StaticSurface, base: Found):
-    """How the base model's forward calls each layer: (call node, module info, forward node)."""
+def _layer_loop_call(surface: StaticSurface, base: Found) -> LayerCall | None:
+    """How the base model's forward calls each layer."""
     found = method(surface, base, "forward")
     if found is None:
         return None
-    member, node, info = found
-    for sub in ast.walk(node):
+    for sub in ast.walk(found.node):
         if isinstance(sub, ast.For) and "self.layers" in ast.unparse(sub.iter):
             target = sub.target.elts[-1] if isinstance(sub.target, ast.Tuple) else sub.target
             if not isinstance(target, ast.Name):
                 continue
             for call in ast.walk(sub):
                 if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == target.id:
-                    return call, info, member
+                    return LayerCall(tuple(ast.unparse(a) for a in call.args if not isinstance(a, ast.Starred)),
+                                     tuple(k.arg for k in call.keywords if k.arg),
+                                     tuple(ast.unparse(k.value) for k in call.keywords if k.arg is None),
+                                     ast.unparse(call), loc(found.module, call))
     return None
 
 
@@ -136,10 +221,9 @@ def _layer_class(surface: StaticSurface, base: Found) -> Found | None:
     if model is None:
         return None
     for cls in surface.mro(model)[0]:
-        init = surface._own_member(cls, "__init__")
-        if init is None:
+        node = _own_init(surface, cls)
+        if node is None:
             continue
-        node = init.handle[2]
         for sub in ast.walk(node):
             if isinstance(sub, ast.Lambda) and isinstance(sub.body, ast.Call):
                 callee = sub.body.func
@@ -165,10 +249,11 @@ def _is_self_attr(node: ast.expr) -> bool:
 def _resolve_in(surface: StaticSurface, cls: ClassModel, node: ast.expr) -> Found | None:
     if _is_self_attr(node):
         member = surface.member(cls.found, node.attr)  # type: ignore[union-attr]
-        if isinstance(member, Found) and member.kind == "attribute":
-            value = getattr(member.handle[2], "value", None)
+        defined = definition(member) if isinstance(member, Found) and member.kind == "attribute" else None
+        if defined is not None and defined.owner is not None:
+            value = getattr(defined.node, "value", None)
             if value is not None:
-                return _resolve_in(surface, member.handle[1], value)
+                return _resolve_in(surface, defined.owner, value)
         return None
     found = surface.resolve_expr(cls.module, node)
     return found if isinstance(found, Found) and found.kind == "class" else None
@@ -177,10 +262,10 @@ def _resolve_in(surface: StaticSurface, cls: ClassModel, node: ast.expr) -> Foun
 def _super_keyword(surface: StaticSurface, model: ClassModel, name: str) -> ast.expr | None:
     """``super().__init__(..., name=value)`` in the most derived ``__init__`` that passes ``name``."""
     for cls in surface.mro(model)[0]:
-        init = surface._own_member(cls, "__init__")
+        init = _own_init(surface, cls)
         if init is None:
             continue
-        for sub in ast.walk(init.handle[2]):
+        for sub in ast.walk(init):
             if isinstance(sub, ast.Call) and ast.unparse(sub.func) == "super().__init__":
                 for kw in sub.keywords:
                     if kw.arg == name:
@@ -188,21 +273,16 @@ def _super_keyword(surface: StaticSurface, model: ClassModel, name: str) -> ast.
     return None
 
 
-def _top_calls_base(surface: StaticSurface, top: Found, attr: str) -> dict | None:
+def _top_calls_base(surface: StaticSurface, top: Found, attr: str) -> BaseCall | None:
     found = method(surface, top, "forward")
     if found is None:
         return None
-    member, node, info = found
-    for sub in ast.walk(node):
+    for sub in ast.walk(found.node):
         if isinstance(sub, ast.Call) and ast.unparse(sub.func) == f"self.{attr}":
-            return {"positional": sum(1 for a in sub.args if not isinstance(a, ast.Starred)),
-                    "keywords": [k.arg for k in sub.keywords if k.arg],
-                    "star_kwargs": any(k.arg is None for k in sub.keywords),
-                    "code": ast.unparse(sub)[:200], "at": loc(info, sub)}
+            shape = call_shape(sub)
+            return BaseCall(shape.positional, shape.keywords, shape.star_kwargs, ast.unparse(sub)[:200],
+                            loc(found.module, sub))
     return None
-
-
-PROTOCOL = "vllm.model_executor.models.interfaces.SupportsEagle3"
 
 
 def protocol_members(surface: StaticSurface, path: str) -> list[str]:
@@ -226,50 +306,49 @@ def protocol_members(surface: StaticSurface, path: str) -> list[str]:
     return names
 
 
-def _eagle3(surface: StaticSurface, top: Found) -> dict:
-    """Whether ``supports_eagle3(model)`` (an isinstance check of a runtime-checkable Protocol) accepts the class."""
+def _eagle3(surface: StaticSurface, top: Found) -> tuple[bool | None, tuple[str, ...]]:
+    """Whether ``supports_eagle3(model)`` (an isinstance check of a runtime-checkable Protocol) accepts the
+    class, and the protocol members it lacks."""
     members = protocol_members(surface, PROTOCOL)
     if not members:
-        return {"eagle3": None, "eagle3_missing": []}
-    missing = [m for m in members if not isinstance(surface.member(top, m), Found)]
-    return {"eagle3": not missing, "eagle3_missing": missing}
+        return None, ()
+    missing = tuple(m for m in members if not isinstance(surface.member(top, m), Found))
+    return not missing, missing
 
 
-def read(surface: StaticSurface, arch: str) -> dict:
+def _layer(surface: StaticSurface, base: Found) -> Layer | None:
+    layer = _layer_class(surface, base)
+    forward = method(surface, layer, "forward") if layer is not None else None
+    if layer is None or forward is None:
+        return None
+    sig = surface.signature(forward.found)
+    parameters = tuple(Parameter(p.name, ParamKind(p.kind), p.has_default) for p in sig.parameters) \
+        if isinstance(sig, Signature) else ()
+    return Layer(layer.path, str(sig), loc(forward.found), parameters)
+
+
+def read(surface: StaticSurface, arch: str) -> ModelFacts:
     top = top_class(surface, arch)
     if top is None:
-        return {"arch": arch, "registered": False}
-    facts: dict = {"arch": arch, "registered": True, "class": top.path, "class_at": loc(top)}
-    facts.update(_eagle3(surface, top))
+        return ModelFacts(arch)
+    eagle3, eagle3_missing = _eagle3(surface, top)
+    known = ModelFacts(arch, True, top.path, loc(top), eagle3, eagle3_missing)
     stack = find_stack(surface, top)
     if stack is None:
-        facts["error"] = f"cannot find the decoder stack under {top.path}"
-        return facts
+        return replace(known, error=f"cannot find the decoder stack under {top.path}")
     path, base = stack
-    facts.update(path=path, base=base.path, base_at=loc(base))
-    facts["embedding"] = {name: loc(m) for name in EMBEDDING_METHODS
-                          if isinstance(m := surface.member(base, name), Found)}
-    facts["base_members"] = list(surface.member_names(base))
     forward = method(surface, base, "forward")
+    base_forward = None
     if forward is not None:
-        sig = from_def(forward[1]).drop_first()
-        facts["base_forward"] = {"parameters": [p.name for p in sig.parameters],
-                                 "var_kwargs": any(p.kind.value == "VAR_KEYWORD" for p in sig.parameters),
-                                 "at": loc(forward[0])}
-    facts["top_calls_base"] = _top_calls_base(surface, top, path[-1]) if len(path) == 1 else None
-    loop = _layer_loop_call(surface, base)
-    if loop is not None:
-        call, info, _ = loop
-        facts["layer_call"] = {"positional": [ast.unparse(a) for a in call.args if not isinstance(a, ast.Starred)],
-                               "keywords": [k.arg for k in call.keywords if k.arg],
-                               "star_kwargs": [ast.unparse(k.value) for k in call.keywords if k.arg is None],
-                               "code": ast.unparse(call), "at": loc(info, call)}
-    layer = _layer_class(surface, base)
-    if layer is not None:
-        fwd = method(surface, layer, "forward")
-        if fwd is not None:
-            sig = surface.signature(fwd[0])
-            facts["layer"] = {"class": layer.path, "forward": str(sig), "at": loc(fwd[0]),
-                              "parameters": [[p.name, p.kind.value, p.has_default] for p in sig.parameters]
-                              if hasattr(sig, "parameters") else []}
-    return facts
+        sig = from_def(forward.node).drop_first()
+        base_forward = BaseForward(tuple(p.name for p in sig.parameters),
+                                   any(p.kind is ParamKind.VAR_KEYWORD for p in sig.parameters), loc(forward.found))
+    return replace(
+        known, path=tuple(path), base=base.path, base_at=loc(base),
+        embedding={name: loc(m) for name in EMBEDDING_METHODS if isinstance(m := surface.member(base, name), Found)},
+        base_members=surface.member_names(base), base_forward=base_forward,
+        top_calls_base=_top_calls_base(surface, top, path[-1]) if len(path) == 1 else None,
+        layer_call=_layer_loop_call(surface, base), layer=_layer(surface, base))
+
+
+FACT = Fact("model", read)

@@ -3,11 +3,38 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass, replace
 
-from compat.facts import find_class, loc, method
+from compat.facts import Fact
+from compat.facts.reading import find_class, loc, method
 from compat.vllm.static import StaticSurface
 
 RANK = "unique_reply_rank"
+
+
+@dataclass(frozen=True)
+class RpcReplies:
+    """What one executor's ``collective_rpc`` returns: ``list`` (one entry per worker) or ``single`` (the
+    chosen rank's value itself), with and without a rank, and where that is decided."""
+
+    executor: str
+    error: str | None = None
+    location: str | None = None
+    accepts_rank: bool = False
+    without_rank: str = "list"
+    with_rank: str | None = None
+    evidence: str | None = None
+    text: str | None = None
+    single_value_param: str | None = None
+
+
+@dataclass(frozen=True)
+class ReplyFacts:
+    """The audited executor's replies, and the single-process executor's for comparison."""
+
+    executor: str
+    multiproc: RpcReplies
+    uniproc: RpcReplies | None = None
 
 
 def _names_in(node: ast.AST) -> set[str]:
@@ -35,23 +62,22 @@ def _shape(expr: ast.expr) -> str:
     return "single" if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) else "list"
 
 
-def read_collective_rpc(surface: StaticSurface, executor: str) -> dict:
-    """{'accepts_rank', 'with_rank', 'without_rank', 'evidence', 'text', 'location'} for one executor class."""
+def read_collective_rpc(surface: StaticSurface, executor: str) -> RpcReplies:
+    """The reply shapes of one executor class's ``collective_rpc``."""
     found = method(surface, executor, "collective_rpc")
     if found is None:
-        return {"error": f"{executor} has no collective_rpc method"}
-    member, node, info = found
+        return RpcReplies(executor, error=f"{executor} has no collective_rpc method")
+    node, info = found.node, found.module
     params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
-    result = {"location": loc(member), "accepts_rank": RANK in params, "without_rank": "list",
-              "with_rank": None, "evidence": loc(member), "text": None,
-              "single_value_param": "single_value" if "single_value" in params else None}
+    result = RpcReplies(executor, location=loc(found.found), accepts_rank=RANK in params, evidence=loc(found.found),
+                        single_value_param="single_value" if "single_value" in params else None)
     if RANK not in params:
         return result
     aliases = {RANK}
     for sub in ast.walk(node):  # output_rank = unique_reply_rank (in any branch)
         if isinstance(sub, ast.Assign) and _names_in(sub.value) & aliases and isinstance(sub.value, ast.Name):
             aliases.update(t.id for t in sub.targets if isinstance(t, ast.Name))
-    result["with_rank"] = "list"
+    result = replace(result, with_rank="list")
     for sub in ast.walk(node):
         decided = None
         if isinstance(sub, ast.Return) and isinstance(sub.value, ast.IfExp):
@@ -66,17 +92,15 @@ def read_collective_rpc(surface: StaticSurface, executor: str) -> dict:
                 if returns:
                     decided = _shape(returns[0].value)
         if decided is not None:
-            result["with_rank"] = decided
-            result["evidence"] = loc(info, sub)
-            result["text"] = ast.unparse(sub)[:200]
-            break
+            return replace(result, with_rank=decided, evidence=loc(info, sub), text=ast.unparse(sub)[:200])
     return result
 
 
-def read(surface: StaticSurface, executor: str) -> dict:
+def read(surface: StaticSurface, executor: str) -> ReplyFacts:
     """The executor's reply shapes, and the single-process executor's equivalent for comparison."""
-    facts = {"executor": executor, "multiproc": read_collective_rpc(surface, executor)}
     uniproc = find_class(surface, "UniProcExecutor", prefer="vllm.v1")
-    if uniproc is not None:
-        facts["uniproc"] = read_collective_rpc(surface, uniproc.path) | {"class": uniproc.path}
-    return facts
+    return ReplyFacts(executor, read_collective_rpc(surface, executor),
+                      read_collective_rpc(surface, uniproc.path) if uniproc is not None else None)
+
+
+FACT = Fact("replies", read)
