@@ -1,11 +1,13 @@
-"""Report formats. Each renderer turns an ``AuditResult`` into text and knows nothing about vLLM."""
+"""Report formats. Each renderer (one module per format) turns a ``Reportable`` result (the audit's, the
+gate's) into text and knows nothing about vLLM."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, Protocol
 
-from compat.findings import Finding
+from compat.report import github, json_report, junit, markdown, terminal
+from compat.report.reportable import Reportable
 
 
 class Format(str, Enum):
@@ -16,42 +18,17 @@ class Format(str, Enum):
     GITHUB = "github"
 
 
-class Reportable(Protocol):
-    """What a renderer needs of a result (the audit's, the gate's): findings and a few words about them."""
+RENDERERS: dict[Format, Callable[..., str]] = {
+    Format.TERMINAL: terminal.render, Format.JSON: json_report.render, Format.MARKDOWN: markdown.render,
+    Format.JUNIT: junit.render, Format.GITHUB: github.render,
+}
+"""Each renderer is ``render(result, color=False, show_ok=False) -> str``."""
 
-    findings: tuple[Finding, ...]
-    tool: str
-    """Names the tool in report titles: 'vllm-compat', 'compat.gate'."""
-    source_root: str
-    """Directory the findings' consumer locations are relative to."""
-
-    def counts(self) -> dict[str, int]: ...
-
-    def failing(self) -> list[Finding]: ...
-
-    @property
-    def exit_code(self) -> int: ...
-
-    def title(self) -> str: ...
-
-    def facts(self) -> list[tuple[str, str]]:
-        """(label, text) lines shown above the findings."""
-
-    def as_json(self) -> dict[str, Any]: ...
+__all__ = ["Format", "RENDERERS", "Reportable", "build_label", "render"]
 
 
 def render(result: Reportable, fmt: Format, color: bool = False, show_ok: bool = False) -> str:
-    from compat.report import github, json_report, junit, markdown, terminal
-
-    if fmt is Format.TERMINAL:
-        return terminal.render(result, color=color, show_ok=show_ok)
-    if fmt is Format.JSON:
-        return json_report.render(result)
-    if fmt is Format.MARKDOWN:
-        return markdown.render(result, show_ok=show_ok)
-    if fmt is Format.JUNIT:
-        return junit.render(result)
-    return github.render(result)
+    return RENDERERS[fmt](result, color=color, show_ok=show_ok)
 
 
 def build_label(build) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from compat.findings import Status
 
 if TYPE_CHECKING:
-    from compat.report import Reportable
+    from compat.report.reportable import Reportable
 
 
 def _escape(text: str, prop: bool = False) -> str:
@@ -26,7 +26,7 @@ def _file(result: Reportable, relpath: str) -> str:
         return relpath
 
 
-def render(result: Reportable) -> str:
+def render(result: Reportable, color: bool = False, show_ok: bool = False) -> str:
     failing = set(map(id, result.failing()))
     lines = []
     for f in result.findings:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from compat.report import Reportable
+from compat.report.reportable import Reportable
 
 
-def render(result: Reportable) -> str:
+def render(result: Reportable, color: bool = False, show_ok: bool = False) -> str:
     return json.dumps(result.as_json(), indent=2) + "\n"

@@ -8,10 +8,10 @@ from xml.etree import ElementTree as ET
 from compat.findings import Status
 
 if TYPE_CHECKING:
-    from compat.report import Reportable
+    from compat.report.reportable import Reportable
 
 
-def render(result: Reportable) -> str:
+def render(result: Reportable, color: bool = False, show_ok: bool = False) -> str:
     failing = set(map(id, result.failing()))
     suite = ET.Element("testsuite", name=f"{result.tool} {result.title()}")
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from compat.findings import Status
 
 if TYPE_CHECKING:
-    from compat.report import Reportable
+    from compat.report.reportable import Reportable
 
 _ICON = {Status.OK: "✅", Status.BROKEN: "❌", Status.CHANGED: "⚠️", Status.UNKNOWN: "❔", Status.ERROR: "💥"}
 
@@ -20,7 +20,7 @@ def _code(text: str | None) -> str:
     return f"`{_cell(text)}`" if text else ""
 
 
-def render(result: Reportable, show_ok: bool = False) -> str:
+def render(result: Reportable, color: bool = False, show_ok: bool = False) -> str:
     counts = result.counts()
     verdict = "❌ fail" if result.exit_code else "✅ pass"
     out = [f"## {result.tool}: {result.title()} — {verdict}", ""]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from compat.findings import Status
 
 if TYPE_CHECKING:
-    from compat.report import Reportable
+    from compat.report.reportable import Reportable
 
 _COLORS = {Status.OK: "32", Status.BROKEN: "31;1", Status.CHANGED: "33;1", Status.UNKNOWN: "36", Status.ERROR: "35;1"}
 
