@@ -10,7 +10,8 @@ import re
 import sys
 from pathlib import Path
 
-from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor, AuditResult
+from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
+from compat.audit.result import AuditResult
 from compat.cache import atomic_write_text
 from compat.cli import emit, guarded
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS

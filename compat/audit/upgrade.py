@@ -5,14 +5,15 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from compat.audit.pipeline import Auditor, AuditResult
+from compat.audit.pipeline import Auditor
+from compat.audit.result import AuditResult
 from compat.findings import Evidence
 from compat.vllm.builds import open_build
 
 
 def upgrade(auditor: Auditor, baseline: str, target: str | None) -> AuditResult:
     options = auditor.options
-    scan = auditor.scan()
+    scan = auditor.scan_consumer()
     base = open_build(baseline, options.target)
     new = open_build(target, options.target, options.vllm_version)
     before = auditor.run(scan, base, written_for=None)
