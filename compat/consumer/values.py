@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from typing import Any
 
-from compat.consumer.conditions import Lit, VersionValue
 from compat.consumer.guards import GuardExpr
 from compat.consumer.model import Ref
 from compat.location import Location
@@ -53,6 +53,21 @@ class Either:
 
     options: tuple[tuple[Sym, GuardExpr, str], ...]
     location: Location
+
+
+@dataclass(frozen=True)
+class VersionValue:
+    """The audited build's version as the consumer holds it: raw string, parsed, or tuple."""
+
+    form: str
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A literal; ``parsed``: a string passed through a version parser (``Version("0.12")``)."""
+
+    value: Any
+    parsed: bool = False
 
 
 Value = Sym | Obj | SelfOf | Local | VersionValue | Lit | GuardExpr | Either | Reply | None

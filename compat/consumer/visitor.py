@@ -5,10 +5,22 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from compat.consumer.conditions import ConditionReader, Lit, VersionValue
+from compat.consumer.conditions import ConditionReader
 from compat.consumer.guards import GuardExpr, Imports, Not, involves_target
 from compat.consumer.model import Fallback, Guard, Kind, Ref, ReplyUse, TouchPoint
-from compat.consumer.values import Either, Local, Obj, Reply, SelfOf, Sym, Value, _ClassInfo, _Scope
+from compat.consumer.values import (
+    Either,
+    Lit,
+    Local,
+    Obj,
+    Reply,
+    SelfOf,
+    Sym,
+    Value,
+    VersionValue,
+    _ClassInfo,
+    _Scope,
+)
 from compat.location import Location
 from compat.signature import CallShape
 from compat.syntax import absolute_module, call_shape, is_type_checking
@@ -35,7 +47,7 @@ class _FileScanner(ast.NodeVisitor):
         self.fallback: Fallback | None = None
         self.emit = False
         self.class_stack: list[_ClassInfo] = []
-        self.conditions = ConditionReader(self)
+        self.conditions = ConditionReader(scan.target, scan.functions, lambda node: self.eval(node, record=False))
 
     # ---- bookkeeping -------------------------------------------------------------------
     def loc(self, node: ast.AST) -> Location:
