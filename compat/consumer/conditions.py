@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from compat.consumer.guards import All, Any_, Const, GuardExpr, HasAttr, Not, Opaque, VersionCmp
+from compat.consumer.index import FunctionNode
 from compat.consumer.values import Lit, Local, Sym, Value, VersionValue
 
 _PARSERS = {"Version", "parse", "parse_version", "LooseVersion", "StrictVersion"}
@@ -26,7 +27,7 @@ _MAX_INLINE_DEPTH = 4
 class ConditionReader:
     """Reads a test into a guard expression; ``resolve`` gives a name's value where the test is read."""
 
-    def __init__(self, target: str, functions: Mapping[str, ast.FunctionDef | ast.AsyncFunctionDef],
+    def __init__(self, target: str, functions: Mapping[str, FunctionNode],
                  resolve: Callable[[ast.expr], Value]) -> None:
         self.target = target
         self.functions = functions

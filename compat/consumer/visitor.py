@@ -1,68 +1,85 @@
-"""The AST walk over one consumer module: imports, calls, attribute chains, guards (see ``compat.consumer.scan``)."""
+"""The walk over one consumer module: imports, guards, classes, functions, assignments (see ``compat.consumer.scan``).
+
+One walk returns a ``ModuleRecord``. The tree scan walks every module more than once, so that ``self.x``
+assigned in one method (or module) is known in all; each walk records afresh, and the last one counts.
+"""
 
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
 from compat.consumer.conditions import ConditionReader
 from compat.consumer.guards import GuardExpr, Imports, Not, involves_target
+from compat.consumer.index import ConsumerIndex, ConsumerModule, IndexedClass
 from compat.consumer.model import Fallback, Guard, Kind, Ref, ReplyUse, TouchPoint
+from compat.consumer.record import ForwardReplacement, ModuleRecord
 from compat.consumer.values import (
+    ClassAttributes,
     Either,
     Lit,
     Local,
     Obj,
     Reply,
+    Scope,
     SelfOf,
     Sym,
     Value,
     VersionValue,
-    _ClassInfo,
-    _Scope,
 )
 from compat.location import Location
 from compat.signature import CallShape
 from compat.syntax import absolute_module, call_shape, is_type_checking
 
-if TYPE_CHECKING:
-    from compat.consumer.scan import _TreeScanner
-
 RPC_METHODS = ("collective_rpc",)
-EXTENSION_KEYWORDS = ("worker_extension_cls",)
+
+
+def is_class_like(path: str) -> bool:
+    """Attribute access on a vLLM name is a member access when the name is not a module path."""
+    last = path.rsplit(".", 1)[-1]
+    return bool(last) and (last[0].isupper() or last.startswith("_") and last[1:2].isupper())
+
+
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
 
-class _FileScanner(ast.NodeVisitor):
-    """Walks one module; run several passes so that ``self.x`` set in one method is known in all."""
+def walk_module(index: ConsumerIndex, known: ClassAttributes, source: ConsumerModule, target: str) -> ModuleRecord:
+    """Walk one module once; ``known``: class attributes learnt so far (read, never changed)."""
+    visitor = ModuleVisitor(index, known, source, target)
+    visitor.visit_block(source.tree.body)
+    return visitor.found
 
-    def __init__(self, scan: _TreeScanner, module: str, relpath: str, tree: ast.Module, lines: list[str]):
-        self.scan = scan
-        self.module = module
-        self.relpath = relpath
-        self.tree = tree
-        self.lines = lines
-        self.scopes: list[_Scope] = [_Scope(kind="module", qualname=module)]
+
+class ModuleVisitor(ast.NodeVisitor):
+    """Walks one module: its statements, and the value of each expression in them."""
+
+    def __init__(self, index: ConsumerIndex, known: ClassAttributes, source: ConsumerModule, target: str) -> None:
+        self.index = index
+        self.known = known
+        """Class attributes learnt before this walk (other modules, earlier passes); read only."""
+        self.source = source
+        self.target = target
+        self.found = ModuleRecord()
+        """What this walk found (``walk_module`` returns it)."""
+        self.scopes: list[Scope] = [Scope(kind="module", qualname=source.module)]
         self.guards: list[Guard] = []
         self.fallback: Fallback | None = None
-        self.emit = False
-        self.class_stack: list[_ClassInfo] = []
-        self.conditions = ConditionReader(scan.target, scan.functions, lambda node: self.eval(node, record=False))
+        self.class_stack: list[IndexedClass] = []
+        self.conditions = ConditionReader(target, index.functions, lambda node: self.eval(node, record=False))
 
     # ---- bookkeeping -------------------------------------------------------------------
     def loc(self, node: ast.AST) -> Location:
-        return Location(self.relpath, getattr(node, "lineno", 0))
+        return Location(self.source.relpath, getattr(node, "lineno", 0))
 
     def code(self, node: ast.AST) -> str:
         line = getattr(node, "lineno", 0)
-        return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        lines = self.source.lines
+        return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 
     def context(self) -> str:
         return self.scopes[-1].qualname
 
     def add(self, tp: TouchPoint) -> None:
-        if self.emit:
-            self.scan.touchpoints.append(tp)
+        self.found.touchpoints.append(tp)
 
     def bind(self, name: str, value: Value) -> None:
         self.scopes[-1].names[name] = value
@@ -76,15 +93,44 @@ class _FileScanner(ast.NodeVisitor):
         return None
 
     def is_target(self, module: str) -> bool:
-        target = self.scan.target
-        return module == target or module.startswith(target + ".")
+        return module == self.target or module.startswith(self.target + ".")
+
+    # ---- class attributes ----------------------------------------------------------------
+    def has_attribute(self, qualname: str, name: str) -> bool:
+        return self.found.attributes.has(qualname, name) or self.known.has(qualname, name)
+
+    def attribute(self, qualname: str, name: str) -> Value:
+        learnt = self.found.attributes
+        return learnt.get(qualname, name) if learnt.has(qualname, name) else self.known.get(qualname, name)
+
+    def is_defined(self, info: IndexedClass, name: str) -> bool:
+        """The class (or a base) defines ``name`` in its source, or the walk has seen it assigned."""
+        return name in self.index.declared_names(info) or any(
+            self.has_attribute(c.qualname, name) for c in self.index.lineage(info))
+
+    def assign(self, target: ast.expr, value: Value) -> None:
+        if isinstance(target, ast.Name):
+            self.bind(target.id, value)
+        elif isinstance(target, ast.Attribute):
+            base = self.eval(target.value)
+            if isinstance(base, SelfOf):
+                info = self.index.classes.get(base.qualname)
+                if info is not None and value is not None:
+                    self.found.attributes.set(info.qualname, target.attr, value)
+                if base.worker and info is not None and not self.is_defined(info, target.attr):
+                    self.attribute_touch(target, Ref("worker"), target.attr, store=True)
+            elif isinstance(base, Obj):
+                self.attribute_touch(target, base.ref, target.attr, store=True)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self.assign(element.value if isinstance(element, ast.Starred) else element, None)
+        else:
+            self.visit_expr(target, store=True)
 
     # ---- statements ----------------------------------------------------------------------
-    def run(self, emit: bool) -> None:
-        self.emit = emit
-        self.scopes = [_Scope(kind="module", qualname=self.module)]
-        self.guards = []
-        self.visit_block(self.tree.body)
+    def consumer_value(self, module: str, name: str) -> Value:
+        qualname = self.index.definition(module, name)
+        return Local(qualname) if qualname is not None else None
 
     def visit_block(self, body: list[ast.stmt]) -> None:
         pushed = 0
@@ -118,7 +164,7 @@ class _FileScanner(ast.NodeVisitor):
             return
         if not self.is_target(module):
             for alias in node.names:
-                self.bind(alias.asname or alias.name, self.scan.consumer_value(module, alias.name))
+                self.bind(alias.asname or alias.name, self.consumer_value(module, alias.name))
             return
         for alias in node.names:
             if alias.name == "*":
@@ -137,7 +183,8 @@ class _FileScanner(ast.NodeVisitor):
     def _absolute(self, node: ast.ImportFrom) -> str | None:
         if not node.level:
             return node.module
-        return absolute_module(self.module, self.relpath.endswith("__init__.py"), node.level, node.module)
+        source = self.source
+        return absolute_module(source.module, source.relpath.endswith("__init__.py"), node.level, node.module)
 
     def visit_If(self, node: ast.If) -> None:
         expr = self.conditions.read(node.test)
@@ -219,11 +266,11 @@ class _FileScanner(ast.NodeVisitor):
         for base in node.bases:
             self.visit_expr(base)
         qualname = f"{self.context()}.{node.name}"
-        info = self.scan.classes.get(qualname)
+        info = self.index.classes.get(qualname)
         self.bind(node.name, Local(qualname))
         if info is not None:
             self.class_stack.append(info)
-        self.scopes.append(_Scope(kind="class", qualname=qualname))
+        self.scopes.append(Scope(kind="class", qualname=qualname))
         self.visit_block(node.body)
         self.scopes.pop()
         if info is not None:
@@ -234,14 +281,14 @@ class _FileScanner(ast.NodeVisitor):
             self.visit_expr(deco)
         qualname = f"{self.context()}.{node.name}"
         self.bind(node.name, Local(qualname))
-        scope = _Scope(kind="function", qualname=qualname)
+        scope = Scope(kind="function", qualname=qualname)
         params = node.args.posonlyargs + node.args.args
         in_class = self.scopes[-1].kind == "class" and self.class_stack
         is_static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
         for index, arg in enumerate(params + node.args.kwonlyargs):
             if index == 0 and in_class and not is_static and arg in params:
                 cls = self.class_stack[-1]
-                scope.names[arg.arg] = SelfOf(cls.qualname, self.scan.is_worker_extension(cls))
+                scope.names[arg.arg] = SelfOf(cls.qualname, self.index.is_worker_extension(cls))
                 continue
             scope.names[arg.arg] = self.annotation_value(arg.annotation)
         for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
@@ -251,28 +298,6 @@ class _FileScanner(ast.NodeVisitor):
         self.scopes.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
-
-    def annotation_value(self, annotation: ast.expr | None) -> Value:
-        """A parameter annotated with a vLLM class is an instance of it."""
-        if annotation is None:
-            return None
-        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-            try:
-                annotation = ast.parse(annotation.value, mode="eval").body
-            except SyntaxError:
-                return None
-        if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
-            sides = [s for s in (annotation.left, annotation.right)
-                     if not (isinstance(s, ast.Constant) and s.value is None)]
-            annotation = sides[0] if len(sides) == 1 else annotation
-        if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, (ast.Name, ast.Attribute)):
-            head = annotation.value.id if isinstance(annotation.value, ast.Name) else annotation.value.attr
-            if head == "Optional":
-                annotation = annotation.slice
-        value = self.eval(annotation, record=False)
-        if isinstance(value, Sym):
-            return Obj(Ref.of_symbol(value.path).called())
-        return None
 
     def visit_Assign(self, node: ast.Assign) -> None:
         value = self.visit_expr(node.value)
@@ -302,25 +327,6 @@ class _FileScanner(ast.NodeVisitor):
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self.visit_expr(node.value)
         self.visit_expr(node.target, store=True)
-
-    def assign(self, target: ast.expr, value: Value) -> None:
-        if isinstance(target, ast.Name):
-            self.bind(target.id, value)
-        elif isinstance(target, ast.Attribute):
-            base = self.eval(target.value)
-            if isinstance(base, SelfOf):
-                info = self.scan.classes.get(base.qualname)
-                if info is not None and value is not None:
-                    info.attrs[target.attr] = value
-                if base.worker and info is not None and target.attr not in self.scan.defined_attrs(info):
-                    self.attribute_touch(target, Ref("worker"), target.attr, store=True)
-            elif isinstance(base, Obj):
-                self.attribute_touch(target, base.ref, target.attr, store=True)
-        elif isinstance(target, (ast.Tuple, ast.List)):
-            for element in target.elts:
-                self.assign(element.value if isinstance(element, ast.Starred) else element, None)
-        else:
-            self.visit_expr(target, store=True)
 
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         iterated = self.visit_expr(node.iter)
@@ -362,6 +368,25 @@ class _FileScanner(ast.NodeVisitor):
                     elif isinstance(grand, ast.expr):
                         self.visit_expr(grand)
 
+    def note_model_patch(self, node: ast.Assign) -> None:
+        """``x.forward = types.MethodType(f, x)`` (or ``f.__get__(x)``, ``partial(f, x)``)."""
+        target = node.targets[0] if len(node.targets) == 1 else None
+        value = node.value
+        if not (isinstance(target, ast.Attribute) and target.attr == "forward" and isinstance(value, ast.Call)):
+            return
+        name = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
+        function_node: ast.expr | None = None
+        if name in ("MethodType", "partial") and value.args:
+            function_node = value.args[0]
+        elif name == "__get__" and isinstance(value.func, ast.Attribute):
+            function_node = value.func.value
+        function = self.eval(function_node, record=False) if function_node is not None else None
+        if not isinstance(function, Local):
+            return
+        owner = self.eval(target.value, record=False)
+        ref = owner.ref if isinstance(owner, Obj) else None
+        self.found.forwards.append(ForwardReplacement(function.qualname, self.loc(node), ref, self.code(node)))
+
     # ---- expressions ---------------------------------------------------------------------
     def visit_expr(self, node: ast.expr | None, store: bool = False) -> Value:
         if node is None:
@@ -389,7 +414,7 @@ class _FileScanner(ast.NodeVisitor):
                 self.reply_use(base, "index", f"[{ast.unparse(node.slice)}]", node)
             return None
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            self.scopes.append(_Scope(kind="function", qualname=self.context()))
+            self.scopes.append(Scope(kind="function", qualname=self.context()))
             for gen in node.generators:
                 self.eval(gen.iter, record)
                 self.assign(gen.target, None)
@@ -410,9 +435,9 @@ class _FileScanner(ast.NodeVisitor):
         base = self.eval(node.value, record)
         if isinstance(base, Sym):
             if node.attr in ("__version__", "__version_tuple__") and base.path in (
-                    self.scan.target, f"{self.scan.target}.version"):
+                    self.target, f"{self.target}.version"):
                 return VersionValue("tuple" if node.attr.endswith("tuple__") else "string")
-            if record and self.scan.is_class_like(base.path):
+            if record and is_class_like(base.path):
                 self.attribute_touch(node, Ref.of_symbol(base.path), node.attr, store=store)
             return Sym(f"{base.path}.{node.attr}")
         if isinstance(base, Obj):
@@ -420,15 +445,15 @@ class _FileScanner(ast.NodeVisitor):
                 self.attribute_touch(node, base.ref, node.attr, store=store)
             return Obj(base.ref.attr(node.attr))
         if isinstance(base, SelfOf):
-            info = self.scan.classes.get(base.qualname)
+            info = self.index.classes.get(base.qualname)
             if info is None:
                 return None
-            if node.attr in info.attrs:
-                return info.attrs[node.attr]
-            method = self.scan.find_method(info, node.attr)
+            if self.has_attribute(info.qualname, node.attr):
+                return self.attribute(info.qualname, node.attr)
+            method = self.index.find_method(info, node.attr)
             if method is not None:
                 return Local(f"{method[0].qualname}.{node.attr}")
-            if base.worker and node.attr not in self.scan.defined_attrs(info):
+            if base.worker and not self.is_defined(info, node.attr):
                 if record:
                     self.attribute_touch(node, Ref("worker"), node.attr, store=store)
                 return Obj(Ref("worker").attr(node.attr))
@@ -449,12 +474,12 @@ class _FileScanner(ast.NodeVisitor):
             receiver: Ref | None = None
             if isinstance(base, Obj):
                 receiver = base.ref
-            elif isinstance(base, Sym) and self.scan.is_class_like(base.path):
+            elif isinstance(base, Sym) and is_class_like(base.path):
                 receiver = Ref.of_symbol(base.path)
             elif isinstance(base, SelfOf) and base.worker:
-                info = self.scan.classes.get(base.qualname)
-                if info is not None and self.scan.find_method(info, func.attr) is None \
-                        and func.attr not in info.attrs:
+                info = self.index.classes.get(base.qualname)
+                if info is not None and self.index.find_method(info, func.attr) is None \
+                        and not self.has_attribute(info.qualname, func.attr):
                     receiver = Ref("worker")
             if receiver is not None:
                 if record:
@@ -489,7 +514,6 @@ class _FileScanner(ast.NodeVisitor):
                                      if k.arg and isinstance(k.value, ast.Constant))
                     self.add(TouchPoint(Kind.CALL, value.path, self.loc(node), self.code(node), call=shape,
                                         guards=tuple(self.guards), context=self.context(), literals=literals))
-                    self.note_extension(node)
                 result = Obj(Ref.of_symbol(value.path).called())
             elif isinstance(value, Obj):
                 result = Obj(value.ref.called())
@@ -506,43 +530,8 @@ class _FileScanner(ast.NodeVisitor):
         return result
 
     def reply_use(self, reply: Reply, kind: str, detail: str, node: ast.AST) -> None:
-        if self.emit:
-            self.scan.reply_uses.setdefault(reply.location, []).append(
-                ReplyUse(kind, detail, self.loc(node), self.code(node)))
-
-    def note_model_patch(self, node: ast.Assign) -> None:
-        """``x.forward = types.MethodType(f, x)`` (or ``f.__get__(x)``, ``partial(f, x)``)."""
-        target = node.targets[0] if len(node.targets) == 1 else None
-        value = node.value
-        if not (self.emit and isinstance(target, ast.Attribute) and target.attr == "forward"
-                and isinstance(value, ast.Call)):
-            return
-        name = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
-        function_node: ast.expr | None = None
-        if name in ("MethodType", "partial") and value.args:
-            function_node = value.args[0]
-        elif name == "__get__" and isinstance(value.func, ast.Attribute):
-            function_node = value.func.value
-        function = self.eval(function_node, record=False) if function_node is not None else None
-        if not isinstance(function, Local):
-            return
-        owner = self.eval(target.value, record=False)
-        ref = owner.ref if isinstance(owner, Obj) else None
-        self.scan.patches.append((function.qualname, self.loc(node), ref, self.code(node)))
-
-    def local_call_result(self, value: Value) -> Value:
-        """Calling a consumer function whose return annotation names a vLLM class."""
-        if isinstance(value, Local):
-            returns = self.scan.return_annotations.get(value.qualname)
-            if returns is not None:
-                return self.annotation_value(returns)
-        return None
-
-    def note_extension(self, node: ast.Call) -> None:
-        for kw in node.keywords:
-            if kw.arg in EXTENSION_KEYWORDS and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value,
-                                                                                                  str):
-                self.scan.extensions.append((kw.value.value, self.loc(kw.value)))
+        self.found.reply_uses.setdefault(reply.location, []).append(
+            ReplyUse(kind, detail, self.loc(node), self.code(node)))
 
     def rpc_touch(self, node: ast.Call, receiver: Ref) -> None:
         method_node = node.args[0] if node.args else next(
@@ -556,3 +545,33 @@ class _FileScanner(ast.NodeVisitor):
         self.add(TouchPoint(Kind.RPC, name, self.loc(node), self.code(node), receiver=receiver,
                             rpc_method=name, call=call_shape(node), guards=tuple(self.guards),
                             context=self.context(), note=note))
+
+    def local_call_result(self, value: Value) -> Value:
+        """Calling a consumer function whose return annotation names a vLLM class."""
+        if isinstance(value, Local):
+            returns = self.index.return_annotations.get(value.qualname)
+            if returns is not None:
+                return self.annotation_value(returns)
+        return None
+
+    def annotation_value(self, annotation: ast.expr | None) -> Value:
+        """A parameter annotated with a vLLM class is an instance of it."""
+        if annotation is None:
+            return None
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                annotation = ast.parse(annotation.value, mode="eval").body
+            except SyntaxError:
+                return None
+        if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+            sides = [s for s in (annotation.left, annotation.right)
+                     if not (isinstance(s, ast.Constant) and s.value is None)]
+            annotation = sides[0] if len(sides) == 1 else annotation
+        if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, (ast.Name, ast.Attribute)):
+            head = annotation.value.id if isinstance(annotation.value, ast.Name) else annotation.value.attr
+            if head == "Optional":
+                annotation = annotation.slice
+        value = self.eval(annotation, record=False)
+        if isinstance(value, Sym):
+            return Obj(Ref.of_symbol(value.path).called())
+        return None
