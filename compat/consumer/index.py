@@ -63,9 +63,12 @@ class ConsumerIndex:
         self.return_annotations: dict[str, ast.expr] = {}
         self.extensions: list[tuple[str, Location]] = []
         """``worker_extension_cls="pkg.mod.Class"`` arguments, in the order found (duplicates kept)."""
+        self._lineages: dict[str, tuple[IndexedClass, ...]] = {}
+        self._declared: dict[str, frozenset[str]] = {}
+        self._extension_names: frozenset[str] | None = None
 
-    def add(self, module: ConsumerModule) -> None:
-        """Index one module."""
+    def add(self, module: ConsumerModule, text: str) -> None:
+        """Index one module (``text``: its source, to skip the walk for extensions when it names none)."""
 
         def walk(body: list[ast.stmt], prefix: str, owner: IndexedClass | None) -> None:
             for stmt in body:
@@ -88,7 +91,12 @@ class ConsumerIndex:
                     walk(getattr(stmt, "orelse", []), prefix, owner)
 
         walk(module.tree.body, module.module, None)
-        self.extensions.extend(_extension_arguments(module))
+        # Non-ASCII source may spell a keyword with characters that normalise to it: walk those always.
+        if any(k in text for k in EXTENSION_KEYWORDS) or not text.isascii():
+            self.extensions.extend(_extension_arguments(module))
+        self._lineages.clear()
+        self._declared.clear()
+        self._extension_names = None
 
     def definition(self, module: str, name: str) -> str | None:
         """The qualname of ``module.name`` when the consumer defines it (a class or a function)."""
@@ -97,7 +105,9 @@ class ConsumerIndex:
 
     def is_worker_extension(self, info: IndexedClass) -> bool:
         """The class (or a base) is named as a ``worker_extension_cls``: its ``self`` is vLLM's worker."""
-        names = {name for name, _ in self.extensions}
+        if self._extension_names is None:
+            self._extension_names = frozenset(name for name, _ in self.extensions)
+        names = self._extension_names
         return info.qualname in names or any(b in names for b in info.bases)
 
     def find_method(self, info: IndexedClass, name: str) -> tuple[IndexedClass, FunctionNode] | None:
@@ -116,22 +126,28 @@ class ConsumerIndex:
 
     def lineage(self, info: IndexedClass) -> tuple[IndexedClass, ...]:
         """The class and every indexed class it derives from."""
-        classes: dict[str, IndexedClass] = {}
-        stack = [info]
-        while stack:
-            current = stack.pop()
-            if current.qualname in classes:
-                continue
-            classes[current.qualname] = current
-            stack.extend(self.classes[b] for b in current.bases if b in self.classes)
-        return tuple(classes.values())
+        found = self._lineages.get(info.qualname)
+        if found is None:
+            classes: dict[str, IndexedClass] = {}
+            stack = [info]
+            while stack:
+                current = stack.pop()
+                if current.qualname in classes:
+                    continue
+                classes[current.qualname] = current
+                stack.extend(self.classes[b] for b in current.bases if b in self.classes)
+            found = self._lineages[info.qualname] = tuple(classes.values())
+        return found
 
     def declared_names(self, info: IndexedClass) -> frozenset[str]:
         """Names the class or its indexed bases define in their source (see ``IndexedClass.own_names``)."""
-        names: set[str] = set()
-        for current in self.lineage(info):
-            names |= current.own_names()
-        return frozenset(names)
+        found = self._declared.get(info.qualname)
+        if found is None:
+            names: set[str] = set()
+            for current in self.lineage(info):
+                names |= current.own_names()
+            found = self._declared[info.qualname] = frozenset(names)
+        return found
 
 
 def _extension_arguments(module: ConsumerModule) -> list[tuple[str, Location]]:

@@ -87,7 +87,7 @@ def scan_tree(tree: SourceTree, target: str = "vllm") -> Scan:
         if target not in text:
             continue
         source = ConsumerModule(module, relpath, module_ast, text.splitlines())
-        index.add(source)
+        index.add(source, text)
         modules.append(source)
     records = _walk(index, modules, target)
     reply_uses: dict[Location, list[ReplyUse]] = {}
