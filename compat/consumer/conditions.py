@@ -16,6 +16,7 @@ from typing import Any
 from compat.consumer.guards import All, Any_, Const, GuardExpr, HasAttr, Not, Opaque, VersionCmp
 from compat.consumer.index import FunctionNode
 from compat.consumer.values import Lit, Local, Sym, Value, VersionValue
+from compat.syntax import called_name
 
 _PARSERS = {"Version", "parse", "parse_version", "LooseVersion", "StrictVersion"}
 _DIST_VERSION = {"version"}
@@ -91,7 +92,7 @@ class ConditionReader:
         return Opaque(ast.unparse(node))
 
     def _dist_call(self, node: ast.Call) -> VersionValue | None:
-        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        name = called_name(node)
         if name in ("get_distribution", "distribution") and node.args and isinstance(node.args[0], ast.Constant):
             if str(node.args[0].value).lower() == self.target:
                 return VersionValue("string")
@@ -99,7 +100,7 @@ class ConditionReader:
 
     def _call(self, node: ast.Call, env: dict[str, Any], depth: int) -> Any:
         func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        name = called_name(node)
         args = node.args
         if name in _PARSERS and len(args) == 1:
             inner = self.value(args[0], env, depth)

@@ -26,7 +26,7 @@ from compat.consumer.values import (
     Value,
     VersionValue,
 )
-from compat.syntax import absolute_module, is_type_checking
+from compat.syntax import absolute_module, called_name, is_type_checking
 
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
@@ -287,7 +287,7 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         value = node.value
         if not (isinstance(target, ast.Attribute) and target.attr == "forward" and isinstance(value, ast.Call)):
             return
-        name = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
+        name = called_name(value)
         function_node: ast.expr | None = None
         if name in ("MethodType", "partial") and value.args:
             function_node = value.args[0]
