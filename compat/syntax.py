@@ -30,3 +30,9 @@ def call_shape(node: ast.Call) -> CallShape:
                      keywords=tuple(k.arg for k in node.keywords if k.arg is not None),
                      star_args=any(isinstance(a, ast.Starred) for a in node.args),
                      star_kwargs=any(k.arg is None for k in node.keywords))
+
+
+def called_name(node: ast.Call) -> str:
+    """The last name of what a call calls: ``f`` for ``f(x)`` and ``a.b.f(x)``, "" for ``g()(x)``."""
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")

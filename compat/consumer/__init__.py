@@ -1,7 +1,8 @@
 """The consumer side: every place a consumer's source touches vLLM, found with ``ast`` (never imported).
 
-``scan.scan_tree`` is the entry point; ``model`` holds what it produces (touchpoints and the rest of a
-``Scan``); ``visitor`` walks one module; ``values`` and ``conditions`` are what the walk knows about
-expressions and version guards; ``guards`` evaluates those guards against a build; ``patches`` reads
-replacement forwards.
+``scan.scan_tree`` is the entry point and ``model`` holds what it produces (touchpoints and the rest of a
+``Scan``). ``index`` is the first pass (the consumer's classes and functions, across files); ``visitor``
+walks one module (its expressions in ``expressions``) and returns a ``record``; ``values`` is what the walk
+knows about a value, ``conditions`` reads version guards that ``guards`` evaluates against a build, and
+``patches`` reads replacement forwards.
 """

@@ -10,13 +10,13 @@ string ``startswith``), helpers the consumer defines for them (``def vllm_is_at_
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from compat.consumer.guards import All, Any_, Const, GuardExpr, HasAttr, Not, Opaque, VersionCmp
-
-if TYPE_CHECKING:
-    from compat.consumer.visitor import _FileScanner
+from compat.consumer.index import FunctionNode
+from compat.consumer.values import Lit, Local, Sym, Value, VersionValue
+from compat.syntax import called_name
 
 _PARSERS = {"Version", "parse", "parse_version", "LooseVersion", "StrictVersion"}
 _DIST_VERSION = {"version"}
@@ -25,22 +25,14 @@ _OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", as
 _MAX_INLINE_DEPTH = 4
 
 
-@dataclass(frozen=True)
-class VersionValue:
-    """The audited build's version as the consumer holds it: raw string, parsed, or tuple."""
-
-    form: str
-
-
-@dataclass(frozen=True)
-class Lit:
-    value: Any
-    parsed: bool = False
-
-
 class ConditionReader:
-    def __init__(self, scanner: _FileScanner) -> None:
-        self.scanner = scanner
+    """Reads a test into a guard expression; ``resolve`` gives a name's value where the test is read."""
+
+    def __init__(self, target: str, functions: Mapping[str, FunctionNode],
+                 resolve: Callable[[ast.expr], Value]) -> None:
+        self.target = target
+        self.functions = functions
+        self.resolve = resolve
 
     def read(self, node: ast.expr, env: dict[str, Any] | None = None, depth: int = 0) -> GuardExpr:
         value = self.value(node, env or {}, depth)
@@ -62,7 +54,7 @@ class ConditionReader:
                 inner = self._dist_call(node.value)
                 if inner is not None:
                     return inner
-            found = self.scanner.eval(node, record=False)
+            found = self.resolve(node)
             return found if isinstance(found, (VersionValue, GuardExpr, Lit)) else None
         if isinstance(node, ast.BoolOp):
             items = tuple(self.read(v, env, depth) for v in node.values)
@@ -100,15 +92,15 @@ class ConditionReader:
         return Opaque(ast.unparse(node))
 
     def _dist_call(self, node: ast.Call) -> VersionValue | None:
-        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        name = called_name(node)
         if name in ("get_distribution", "distribution") and node.args and isinstance(node.args[0], ast.Constant):
-            if str(node.args[0].value).lower() == self.scanner.scan.target:
+            if str(node.args[0].value).lower() == self.target:
                 return VersionValue("string")
         return None
 
     def _call(self, node: ast.Call, env: dict[str, Any], depth: int) -> Any:
         func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        name = called_name(node)
         args = node.args
         if name in _PARSERS and len(args) == 1:
             inner = self.value(args[0], env, depth)
@@ -118,7 +110,7 @@ class ConditionReader:
                 return Lit(inner.value, parsed=True)
             return None
         if name in _DIST_VERSION and len(args) == 1 and isinstance(args[0], ast.Constant):
-            if str(args[0].value).lower() == self.scanner.scan.target:
+            if str(args[0].value).lower() == self.target:
                 return VersionValue("string")
         if name == "startswith" and isinstance(func, ast.Attribute) and len(args) == 1:
             base = self.value(func.value, env, depth)
@@ -127,10 +119,8 @@ class ConditionReader:
                 return VersionCmp("==", str(prefix.value), "prefix")
             return None
         if name == "hasattr" and isinstance(func, ast.Name) and len(args) == 2:
-            owner = self.scanner.eval(args[0], record=False)
+            owner = self.resolve(args[0])
             attr = self.value(args[1], env, depth)
-            from compat.consumer.values import Sym
-
             if isinstance(owner, Sym) and isinstance(attr, Lit) and isinstance(attr.value, str):
                 return HasAttr(owner.path, attr.value)
             return None
@@ -140,12 +130,10 @@ class ConditionReader:
         """A consumer helper whose body is one ``return <test>``, read with the call's arguments."""
         if depth >= _MAX_INLINE_DEPTH:
             return None
-        from compat.consumer.values import Local
-
-        target = self.scanner.eval(node.func, record=False)
+        target = self.resolve(node.func)
         if not isinstance(target, Local):
             return None
-        helper = self.scanner.scan.functions.get(target.qualname)
+        helper = self.functions.get(target.qualname)
         if helper is None:
             return None
         body = [s for s in helper.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]

@@ -89,10 +89,11 @@ def _parse_version(text: str) -> Version | None:
         return None
 
 
-Lookup = Callable[[GuardExpr], "bool | None"]
+BuildQuery = Callable[[GuardExpr], "bool | None"]
+"""Answers a leaf that needs the build's code (``HasAttr``, ``Imports``): True, False, or None."""
 
 
-def evaluate(expr: GuardExpr, version: str | None, lookup: Lookup | None = None) -> bool | None:
+def evaluate(expr: GuardExpr, version: str | None, lookup: BuildQuery | None = None) -> bool | None:
     """True / False for the audited build, or None when it cannot be told.
 
     ``lookup`` answers the leaves that need the build's code (``HasAttr``, ``Imports``).

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
-from compat.consumer.model import ModelPatch, Ref, SelfUse
+from compat.consumer.index import ConsumerIndex
+from compat.consumer.model import ModelPatch, SelfUse
+from compat.consumer.record import ForwardReplacement
 from compat.location import Location
 from compat.syntax import call_shape
 
-if TYPE_CHECKING:
-    from compat.consumer.scan import _TreeScanner
 
-
-def model_patch(scanner: _TreeScanner, function: str, where: Location, target: Ref | None, code: str) -> ModelPatch:
+def model_patch(index: ConsumerIndex, replacement: ForwardReplacement) -> ModelPatch:
     """What a replacement forward does with the model it is bound to, read from its body."""
-    node = scanner.functions[function]
-    relpath = scanner.function_files[function]
+    node = index.functions[replacement.function]
+    relpath = index.function_files[replacement.function]
     params = [a.arg for a in node.args.posonlyargs + node.args.args]
     self_name = params[0] if params else "self"
     uses: list[SelfUse] = []
@@ -47,5 +45,6 @@ def model_patch(scanner: _TreeScanner, function: str, where: Location, target: R
                 and id(sub) not in called and isinstance(sub.ctx, ast.Load)):
             uses.append(SelfUse(sub.attr, Location(relpath, sub.lineno)))
     uses.sort(key=lambda u: (u.location.line, u.name))
-    return ModelPatch(function, where, target, Location(relpath, node.lineno), tuple(params[1:]),
-                      node.args.kwarg is not None, len(node.args.defaults), tuple(uses), tuple(layer_calls), code)
+    return ModelPatch(replacement.function, replacement.location, replacement.target, Location(relpath, node.lineno),
+                      tuple(params[1:]), node.args.kwarg is not None, len(node.args.defaults), tuple(uses),
+                      tuple(layer_calls), replacement.code)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
+from typing import Any
 
-from compat.consumer.conditions import Lit, VersionValue
 from compat.consumer.guards import GuardExpr
 from compat.consumer.model import Ref
 from compat.location import Location
@@ -55,21 +54,49 @@ class Either:
     location: Location
 
 
+@dataclass(frozen=True)
+class VersionValue:
+    """The audited build's version as the consumer holds it: raw string, parsed, or tuple."""
+
+    form: str
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A literal; ``parsed``: a string passed through a version parser (``Version("0.12")``)."""
+
+    value: Any
+    parsed: bool = False
+
+
 Value = Sym | Obj | SelfOf | Local | VersionValue | Lit | GuardExpr | Either | Reply | None
 
 
 @dataclass
-class _Scope:
+class Scope:
+    """The names bound in a module, class or function body as the walk reaches them."""
+
     names: dict[str, Value] = field(default_factory=dict)
     kind: str = "module"
     qualname: str = ""
 
 
-@dataclass
-class _ClassInfo:
-    qualname: str
-    node: ast.ClassDef
-    module: str
-    methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
-    attrs: dict[str, Value] = field(default_factory=dict)
-    bases: tuple[str, ...] = ()
+class ClassAttributes:
+    """What ``self.x = ...`` assigned, per consumer class: qualname -> attribute -> value (the last one wins)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, dict[str, Value]] = {}
+
+    def has(self, qualname: str, name: str) -> bool:
+        return name in self.values.get(qualname, ())
+
+    def get(self, qualname: str, name: str) -> Value:
+        return self.values.get(qualname, {}).get(name)
+
+    def set(self, qualname: str, name: str, value: Value) -> None:
+        self.values.setdefault(qualname, {})[name] = value
+
+    def update(self, other: ClassAttributes) -> None:
+        """Take what ``other`` learnt, as if its assignments had been made here after ours."""
+        for qualname, names in other.values.items():
+            self.values.setdefault(qualname, {}).update(names)

@@ -1,78 +1,49 @@
-"""The AST walk over one consumer module: imports, calls, attribute chains, guards (see ``compat.consumer.scan``)."""
+"""The walk over one consumer module: imports, guards, classes, functions, assignments (see ``compat.consumer.scan``).
+
+One walk returns a ``ModuleRecord``. The tree scan walks every module more than once, so that ``self.x``
+assigned in one method (or module) is known in all; each walk records afresh, and the last one counts.
+"""
 
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
-from compat.consumer.conditions import ConditionReader, Lit, VersionValue
+from compat.consumer.expressions import ExpressionReader
 from compat.consumer.guards import GuardExpr, Imports, Not, involves_target
-from compat.consumer.model import Fallback, Guard, Kind, Ref, ReplyUse, TouchPoint
-from compat.consumer.values import Either, Local, Obj, Reply, SelfOf, Sym, Value, _ClassInfo, _Scope
-from compat.location import Location
-from compat.signature import CallShape
-from compat.syntax import absolute_module, call_shape, is_type_checking
+from compat.consumer.index import ConsumerIndex, ConsumerModule
+from compat.consumer.model import Fallback, Guard, Kind, TouchPoint
+from compat.consumer.record import ForwardReplacement, ModuleRecord
+from compat.consumer.values import (
+    ClassAttributes,
+    Either,
+    Lit,
+    Local,
+    Obj,
+    Reply,
+    Scope,
+    SelfOf,
+    Sym,
+    Value,
+    VersionValue,
+)
+from compat.syntax import absolute_module, called_name, is_type_checking
 
-if TYPE_CHECKING:
-    from compat.consumer.scan import _TreeScanner
-
-RPC_METHODS = ("collective_rpc",)
-EXTENSION_KEYWORDS = ("worker_extension_cls",)
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
 
-class _FileScanner(ast.NodeVisitor):
-    """Walks one module; run several passes so that ``self.x`` set in one method is known in all."""
+def walk_module(index: ConsumerIndex, known: ClassAttributes, source: ConsumerModule, target: str) -> ModuleRecord:
+    """Walk one module once; ``known``: class attributes learnt so far (read, never changed)."""
+    visitor = ModuleVisitor(index, known, source, target)
+    visitor.visit_block(source.tree.body)
+    return visitor.found
 
-    def __init__(self, scan: _TreeScanner, module: str, relpath: str, tree: ast.Module, lines: list[str]):
-        self.scan = scan
-        self.module = module
-        self.relpath = relpath
-        self.tree = tree
-        self.lines = lines
-        self.scopes: list[_Scope] = [_Scope(kind="module", qualname=module)]
-        self.guards: list[Guard] = []
-        self.fallback: Fallback | None = None
-        self.emit = False
-        self.class_stack: list[_ClassInfo] = []
-        self.conditions = ConditionReader(self)
 
-    # ---- bookkeeping -------------------------------------------------------------------
-    def loc(self, node: ast.AST) -> Location:
-        return Location(self.relpath, getattr(node, "lineno", 0))
+class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
+    """The statements of one module; ``ExpressionReader`` reads the expressions in them."""
 
-    def code(self, node: ast.AST) -> str:
-        line = getattr(node, "lineno", 0)
-        return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
-
-    def context(self) -> str:
-        return self.scopes[-1].qualname
-
-    def add(self, tp: TouchPoint) -> None:
-        if self.emit:
-            self.scan.touchpoints.append(tp)
-
-    def bind(self, name: str, value: Value) -> None:
-        self.scopes[-1].names[name] = value
-
-    def lookup(self, name: str) -> Value:
-        for scope in reversed(self.scopes):
-            if scope.kind == "class" and scope is not self.scopes[-1]:
-                continue
-            if name in scope.names:
-                return scope.names[name]
-        return None
-
-    def is_target(self, module: str) -> bool:
-        target = self.scan.target
-        return module == target or module.startswith(target + ".")
-
-    # ---- statements ----------------------------------------------------------------------
-    def run(self, emit: bool) -> None:
-        self.emit = emit
-        self.scopes = [_Scope(kind="module", qualname=self.module)]
-        self.guards = []
-        self.visit_block(self.tree.body)
+    def consumer_value(self, module: str, name: str) -> Value:
+        qualname = self.index.definition(module, name)
+        return Local(qualname) if qualname is not None else None
 
     def visit_block(self, body: list[ast.stmt]) -> None:
         pushed = 0
@@ -106,7 +77,7 @@ class _FileScanner(ast.NodeVisitor):
             return
         if not self.is_target(module):
             for alias in node.names:
-                self.bind(alias.asname or alias.name, self.scan.consumer_value(module, alias.name))
+                self.bind(alias.asname or alias.name, self.consumer_value(module, alias.name))
             return
         for alias in node.names:
             if alias.name == "*":
@@ -125,7 +96,8 @@ class _FileScanner(ast.NodeVisitor):
     def _absolute(self, node: ast.ImportFrom) -> str | None:
         if not node.level:
             return node.module
-        return absolute_module(self.module, self.relpath.endswith("__init__.py"), node.level, node.module)
+        source = self.source
+        return absolute_module(source.module, source.relpath.endswith("__init__.py"), node.level, node.module)
 
     def visit_If(self, node: ast.If) -> None:
         expr = self.conditions.read(node.test)
@@ -207,11 +179,11 @@ class _FileScanner(ast.NodeVisitor):
         for base in node.bases:
             self.visit_expr(base)
         qualname = f"{self.context()}.{node.name}"
-        info = self.scan.classes.get(qualname)
+        info = self.index.classes.get(qualname)
         self.bind(node.name, Local(qualname))
         if info is not None:
             self.class_stack.append(info)
-        self.scopes.append(_Scope(kind="class", qualname=qualname))
+        self.scopes.append(Scope(kind="class", qualname=qualname))
         self.visit_block(node.body)
         self.scopes.pop()
         if info is not None:
@@ -222,14 +194,14 @@ class _FileScanner(ast.NodeVisitor):
             self.visit_expr(deco)
         qualname = f"{self.context()}.{node.name}"
         self.bind(node.name, Local(qualname))
-        scope = _Scope(kind="function", qualname=qualname)
+        scope = Scope(kind="function", qualname=qualname)
         params = node.args.posonlyargs + node.args.args
         in_class = self.scopes[-1].kind == "class" and self.class_stack
         is_static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
         for index, arg in enumerate(params + node.args.kwonlyargs):
             if index == 0 and in_class and not is_static and arg in params:
                 cls = self.class_stack[-1]
-                scope.names[arg.arg] = SelfOf(cls.qualname, self.scan.is_worker_extension(cls))
+                scope.names[arg.arg] = SelfOf(cls.qualname, self.index.is_worker_extension(cls))
                 continue
             scope.names[arg.arg] = self.annotation_value(arg.annotation)
         for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
@@ -239,28 +211,6 @@ class _FileScanner(ast.NodeVisitor):
         self.scopes.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
-
-    def annotation_value(self, annotation: ast.expr | None) -> Value:
-        """A parameter annotated with a vLLM class is an instance of it."""
-        if annotation is None:
-            return None
-        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-            try:
-                annotation = ast.parse(annotation.value, mode="eval").body
-            except SyntaxError:
-                return None
-        if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
-            sides = [s for s in (annotation.left, annotation.right)
-                     if not (isinstance(s, ast.Constant) and s.value is None)]
-            annotation = sides[0] if len(sides) == 1 else annotation
-        if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, (ast.Name, ast.Attribute)):
-            head = annotation.value.id if isinstance(annotation.value, ast.Name) else annotation.value.attr
-            if head == "Optional":
-                annotation = annotation.slice
-        value = self.eval(annotation, record=False)
-        if isinstance(value, Sym):
-            return Obj(Ref.of_symbol(value.path).called())
-        return None
 
     def visit_Assign(self, node: ast.Assign) -> None:
         value = self.visit_expr(node.value)
@@ -290,25 +240,6 @@ class _FileScanner(ast.NodeVisitor):
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self.visit_expr(node.value)
         self.visit_expr(node.target, store=True)
-
-    def assign(self, target: ast.expr, value: Value) -> None:
-        if isinstance(target, ast.Name):
-            self.bind(target.id, value)
-        elif isinstance(target, ast.Attribute):
-            base = self.eval(target.value)
-            if isinstance(base, SelfOf):
-                info = self.scan.classes.get(base.qualname)
-                if info is not None and value is not None:
-                    info.attrs[target.attr] = value
-                if base.worker and info is not None and target.attr not in self.scan.defined_attrs(info):
-                    self.attribute_touch(target, Ref("worker"), target.attr, store=True)
-            elif isinstance(base, Obj):
-                self.attribute_touch(target, base.ref, target.attr, store=True)
-        elif isinstance(target, (ast.Tuple, ast.List)):
-            for element in target.elts:
-                self.assign(element.value if isinstance(element, ast.Starred) else element, None)
-        else:
-            self.visit_expr(target, store=True)
 
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         iterated = self.visit_expr(node.iter)
@@ -350,162 +281,13 @@ class _FileScanner(ast.NodeVisitor):
                     elif isinstance(grand, ast.expr):
                         self.visit_expr(grand)
 
-    # ---- expressions ---------------------------------------------------------------------
-    def visit_expr(self, node: ast.expr | None, store: bool = False) -> Value:
-        if node is None:
-            return None
-        return self.eval(node, record=True, store=store)
-
-    def eval(self, node: ast.expr, record: bool = True, store: bool = False) -> Value:
-        """The value of an expression as far as the scan can trace it; records touchpoints."""
-        if isinstance(node, ast.Name):
-            return self.lookup(node.id)
-        if isinstance(node, ast.Attribute):
-            return self.eval_attribute(node, record, store)
-        if isinstance(node, ast.Call):
-            return self.eval_call(node, record)
-        if isinstance(node, ast.NamedExpr):
-            value = self.eval(node.value, record)
-            self.bind(node.target.id, value)
-            return value
-        if isinstance(node, ast.Lambda):
-            return None
-        if isinstance(node, ast.Subscript):
-            base = self.eval(node.value, record)
-            self.eval(node.slice, record)
-            if isinstance(base, Reply):
-                self.reply_use(base, "index", f"[{ast.unparse(node.slice)}]", node)
-            return None
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            self.scopes.append(_Scope(kind="function", qualname=self.context()))
-            for gen in node.generators:
-                self.eval(gen.iter, record)
-                self.assign(gen.target, None)
-                for cond in gen.ifs:
-                    self.eval(cond, record)
-            for part in ([node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]):
-                self.eval(part, record)
-            self.scopes.pop()
-            return None
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.expr):
-                self.eval(child, record)
-            elif isinstance(child, ast.keyword):
-                self.eval(child.value, record)
-        return None
-
-    def eval_attribute(self, node: ast.Attribute, record: bool, store: bool = False) -> Value:
-        base = self.eval(node.value, record)
-        if isinstance(base, Sym):
-            if node.attr in ("__version__", "__version_tuple__") and base.path in (
-                    self.scan.target, f"{self.scan.target}.version"):
-                return VersionValue("tuple" if node.attr.endswith("tuple__") else "string")
-            if record and self.scan.is_class_like(base.path):
-                self.attribute_touch(node, Ref.of_symbol(base.path), node.attr, store=store)
-            return Sym(f"{base.path}.{node.attr}")
-        if isinstance(base, Obj):
-            if record:
-                self.attribute_touch(node, base.ref, node.attr, store=store)
-            return Obj(base.ref.attr(node.attr))
-        if isinstance(base, SelfOf):
-            info = self.scan.classes.get(base.qualname)
-            if info is None:
-                return None
-            if node.attr in info.attrs:
-                return info.attrs[node.attr]
-            method = self.scan.find_method(info, node.attr)
-            if method is not None:
-                return Local(f"{method[0].qualname}.{node.attr}")
-            if base.worker and node.attr not in self.scan.defined_attrs(info):
-                if record:
-                    self.attribute_touch(node, Ref("worker"), node.attr, store=store)
-                return Obj(Ref("worker").attr(node.attr))
-        return None
-
-    def attribute_touch(self, node: ast.expr, receiver: Ref, name: str, call: CallShape | None = None,
-                        store: bool = False) -> None:
-        self.add(TouchPoint(Kind.ATTRIBUTE, f"{receiver.render()}.{name}", self.loc(node), self.code(node),
-                            call=call, receiver=receiver, attribute=name, store=store,
-                            guards=tuple(self.guards), context=self.context()))
-
-    def eval_call(self, node: ast.Call, record: bool) -> Value:
-        func = node.func
-        shape = call_shape(node)
-        result: Value = None
-        if isinstance(func, ast.Attribute):
-            base = self.eval(func.value, record)
-            receiver: Ref | None = None
-            if isinstance(base, Obj):
-                receiver = base.ref
-            elif isinstance(base, Sym) and self.scan.is_class_like(base.path):
-                receiver = Ref.of_symbol(base.path)
-            elif isinstance(base, SelfOf) and base.worker:
-                info = self.scan.classes.get(base.qualname)
-                if info is not None and self.scan.find_method(info, func.attr) is None \
-                        and func.attr not in info.attrs:
-                    receiver = Ref("worker")
-            if receiver is not None:
-                if record:
-                    self.attribute_touch(func, receiver, func.attr, call=shape)
-                    if func.attr in RPC_METHODS:
-                        self.rpc_touch(node, receiver)
-                result = Obj(receiver.attr(func.attr).called())
-                if func.attr in RPC_METHODS:
-                    result = Reply(self.loc(node))
-            elif isinstance(base, Sym):
-                path = f"{base.path}.{func.attr}"
-                if record:
-                    self.add(TouchPoint(Kind.CALL, path, self.loc(node), self.code(node), call=shape,
-                                        guards=tuple(self.guards), context=self.context()))
-                result = Obj(Ref.of_symbol(path).called())
-            else:
-                value = self.eval_attribute(func, record=False) if isinstance(base, SelfOf) else None
-                result = self.local_call_result(value)
-        else:
-            value = self.eval(func, record)
-            if isinstance(value, Either):
-                for option, expr, text in value.options:
-                    self.guards.append(Guard(expr, True, text, value.location))
-                    if record:
-                        self.add(TouchPoint(Kind.CALL, option.path, self.loc(node), self.code(node), call=shape,
-                                            guards=tuple(self.guards), context=self.context()))
-                    self.guards.pop()
-                result = None
-            elif isinstance(value, Sym):
-                if record:
-                    literals = tuple((k.arg, ast.unparse(k.value)) for k in node.keywords
-                                     if k.arg and isinstance(k.value, ast.Constant))
-                    self.add(TouchPoint(Kind.CALL, value.path, self.loc(node), self.code(node), call=shape,
-                                        guards=tuple(self.guards), context=self.context(), literals=literals))
-                    self.note_extension(node)
-                result = Obj(Ref.of_symbol(value.path).called())
-            elif isinstance(value, Obj):
-                result = Obj(value.ref.called())
-            else:
-                result = self.local_call_result(value)
-            if isinstance(func, ast.Name) and func.id == "len" and node.args:
-                measured = self.eval(node.args[0], record=False)
-                if isinstance(measured, Reply):
-                    self.reply_use(measured, "len", "len(...)", node)
-        for arg in node.args:
-            self.eval(arg.value if isinstance(arg, ast.Starred) else arg, record)
-        for kw in node.keywords:
-            self.eval(kw.value, record)
-        return result
-
-    def reply_use(self, reply: Reply, kind: str, detail: str, node: ast.AST) -> None:
-        if self.emit:
-            self.scan.reply_uses.setdefault(reply.location, []).append(
-                ReplyUse(kind, detail, self.loc(node), self.code(node)))
-
     def note_model_patch(self, node: ast.Assign) -> None:
         """``x.forward = types.MethodType(f, x)`` (or ``f.__get__(x)``, ``partial(f, x)``)."""
         target = node.targets[0] if len(node.targets) == 1 else None
         value = node.value
-        if not (self.emit and isinstance(target, ast.Attribute) and target.attr == "forward"
-                and isinstance(value, ast.Call)):
+        if not (isinstance(target, ast.Attribute) and target.attr == "forward" and isinstance(value, ast.Call)):
             return
-        name = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
+        name = called_name(value)
         function_node: ast.expr | None = None
         if name in ("MethodType", "partial") and value.args:
             function_node = value.args[0]
@@ -516,31 +298,4 @@ class _FileScanner(ast.NodeVisitor):
             return
         owner = self.eval(target.value, record=False)
         ref = owner.ref if isinstance(owner, Obj) else None
-        self.scan.patches.append((function.qualname, self.loc(node), ref, self.code(node)))
-
-    def local_call_result(self, value: Value) -> Value:
-        """Calling a consumer function whose return annotation names a vLLM class."""
-        if isinstance(value, Local):
-            returns = self.scan.return_annotations.get(value.qualname)
-            if returns is not None:
-                return self.annotation_value(returns)
-        return None
-
-    def note_extension(self, node: ast.Call) -> None:
-        for kw in node.keywords:
-            if kw.arg in EXTENSION_KEYWORDS and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value,
-                                                                                                  str):
-                self.scan.extensions.append((kw.value.value, self.loc(kw.value)))
-
-    def rpc_touch(self, node: ast.Call, receiver: Ref) -> None:
-        method_node = node.args[0] if node.args else next(
-            (k.value for k in node.keywords if k.arg == "method"), None)
-        if isinstance(method_node, ast.Constant) and isinstance(method_node.value, str):
-            name, note = method_node.value, None
-        elif isinstance(method_node, ast.JoinedStr) or isinstance(method_node, ast.Name):
-            name, note = "?", f"method name is computed ({ast.unparse(method_node)}), not a literal"
-        else:
-            return  # a callable is sent to the workers: nothing named to check
-        self.add(TouchPoint(Kind.RPC, name, self.loc(node), self.code(node), receiver=receiver,
-                            rpc_method=name, call=call_shape(node), guards=tuple(self.guards),
-                            context=self.context(), note=note))
+        self.found.forwards.append(ForwardReplacement(function.qualname, self.loc(node), ref, self.code(node)))

@@ -1,0 +1,305 @@
+"""Reading expressions during the walk of one module: what a value is, and the touchpoints it makes.
+
+``ExpressionReader`` holds the walk's state (scopes, guards in force, the enclosing classes) and the
+``ModuleRecord`` it fills; ``compat.consumer.visitor.ModuleVisitor`` adds the statements.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from compat.consumer.conditions import ConditionReader
+from compat.consumer.index import ConsumerIndex, ConsumerModule, IndexedClass
+from compat.consumer.model import Fallback, Guard, Kind, Ref, ReplyUse, TouchPoint
+from compat.consumer.record import ModuleRecord
+from compat.consumer.values import (
+    ClassAttributes,
+    Either,
+    Local,
+    Obj,
+    Reply,
+    Scope,
+    SelfOf,
+    Sym,
+    Value,
+    VersionValue,
+)
+from compat.location import Location
+from compat.signature import CallShape
+from compat.syntax import call_shape
+
+RPC_METHODS = ("collective_rpc",)
+
+
+def is_class_like(path: str) -> bool:
+    """Attribute access on a vLLM name is a member access when the name is not a module path."""
+    last = path.rsplit(".", 1)[-1]
+    return bool(last) and (last[0].isupper() or last.startswith("_") and last[1:2].isupper())
+
+
+class ExpressionReader:
+    """The walk's state in one module, and the value of each expression it meets."""
+
+    def __init__(self, index: ConsumerIndex, known: ClassAttributes, source: ConsumerModule, target: str) -> None:
+        self.index = index
+        self.known = known
+        """Class attributes learnt before this walk (other modules, earlier passes); read only."""
+        self.source = source
+        self.target = target
+        self.found = ModuleRecord()
+        """What this walk found (``walk_module`` returns it)."""
+        self.scopes: list[Scope] = [Scope(kind="module", qualname=source.module)]
+        self.guards: list[Guard] = []
+        self.fallback: Fallback | None = None
+        self.class_stack: list[IndexedClass] = []
+        self.conditions = ConditionReader(target, index.functions, lambda node: self.eval(node, record=False))
+
+    # ---- bookkeeping -------------------------------------------------------------------
+    def loc(self, node: ast.AST) -> Location:
+        return Location(self.source.relpath, getattr(node, "lineno", 0))
+
+    def code(self, node: ast.AST) -> str:
+        line = getattr(node, "lineno", 0)
+        lines = self.source.lines
+        return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+
+    def context(self) -> str:
+        return self.scopes[-1].qualname
+
+    def add(self, tp: TouchPoint) -> None:
+        self.found.touchpoints.append(tp)
+
+    def bind(self, name: str, value: Value) -> None:
+        self.scopes[-1].names[name] = value
+
+    def lookup(self, name: str) -> Value:
+        for scope in reversed(self.scopes):
+            if scope.kind == "class" and scope is not self.scopes[-1]:
+                continue
+            if name in scope.names:
+                return scope.names[name]
+        return None
+
+    def is_target(self, module: str) -> bool:
+        return module == self.target or module.startswith(self.target + ".")
+
+    # ---- class attributes ----------------------------------------------------------------
+    def has_attribute(self, qualname: str, name: str) -> bool:
+        return self.found.attributes.has(qualname, name) or self.known.has(qualname, name)
+
+    def attribute(self, qualname: str, name: str) -> Value:
+        learnt = self.found.attributes
+        return learnt.get(qualname, name) if learnt.has(qualname, name) else self.known.get(qualname, name)
+
+    def is_defined(self, info: IndexedClass, name: str) -> bool:
+        """The class (or a base) defines ``name`` in its source, or the walk has seen it assigned."""
+        return name in self.index.declared_names(info) or any(
+            self.has_attribute(c.qualname, name) for c in self.index.lineage(info))
+
+    def assign(self, target: ast.expr, value: Value) -> None:
+        if isinstance(target, ast.Name):
+            self.bind(target.id, value)
+        elif isinstance(target, ast.Attribute):
+            base = self.eval(target.value)
+            if isinstance(base, SelfOf):
+                info = self.index.classes.get(base.qualname)
+                if info is not None and value is not None:
+                    self.found.attributes.set(info.qualname, target.attr, value)
+                if base.worker and info is not None and not self.is_defined(info, target.attr):
+                    self.attribute_touch(target, Ref("worker"), target.attr, store=True)
+            elif isinstance(base, Obj):
+                self.attribute_touch(target, base.ref, target.attr, store=True)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self.assign(element.value if isinstance(element, ast.Starred) else element, None)
+        else:
+            self.visit_expr(target, store=True)
+
+    # ---- expressions ---------------------------------------------------------------------
+    def visit_expr(self, node: ast.expr | None, store: bool = False) -> Value:
+        if node is None:
+            return None
+        return self.eval(node, record=True, store=store)
+
+    def eval(self, node: ast.expr, record: bool = True, store: bool = False) -> Value:
+        """The value of an expression as far as the scan can trace it; records touchpoints."""
+        if isinstance(node, ast.Name):
+            return self.lookup(node.id)
+        if isinstance(node, ast.Attribute):
+            return self.eval_attribute(node, record, store)
+        if isinstance(node, ast.Call):
+            return self.eval_call(node, record)
+        if isinstance(node, ast.NamedExpr):
+            value = self.eval(node.value, record)
+            self.bind(node.target.id, value)
+            return value
+        if isinstance(node, ast.Lambda):
+            return None
+        if isinstance(node, ast.Subscript):
+            base = self.eval(node.value, record)
+            self.eval(node.slice, record)
+            if isinstance(base, Reply):
+                self.reply_use(base, "index", f"[{ast.unparse(node.slice)}]", node)
+            return None
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            self.scopes.append(Scope(kind="function", qualname=self.context()))
+            for gen in node.generators:
+                self.eval(gen.iter, record)
+                self.assign(gen.target, None)
+                for cond in gen.ifs:
+                    self.eval(cond, record)
+            for part in ([node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]):
+                self.eval(part, record)
+            self.scopes.pop()
+            return None
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                self.eval(child, record)
+            elif isinstance(child, ast.keyword):
+                self.eval(child.value, record)
+        return None
+
+    def eval_attribute(self, node: ast.Attribute, record: bool, store: bool = False) -> Value:
+        base = self.eval(node.value, record)
+        if isinstance(base, Sym):
+            if node.attr in ("__version__", "__version_tuple__") and base.path in (
+                    self.target, f"{self.target}.version"):
+                return VersionValue("tuple" if node.attr.endswith("tuple__") else "string")
+            if record and is_class_like(base.path):
+                self.attribute_touch(node, Ref.of_symbol(base.path), node.attr, store=store)
+            return Sym(f"{base.path}.{node.attr}")
+        if isinstance(base, Obj):
+            if record:
+                self.attribute_touch(node, base.ref, node.attr, store=store)
+            return Obj(base.ref.attr(node.attr))
+        if isinstance(base, SelfOf):
+            info = self.index.classes.get(base.qualname)
+            if info is None:
+                return None
+            if self.has_attribute(info.qualname, node.attr):
+                return self.attribute(info.qualname, node.attr)
+            method = self.index.find_method(info, node.attr)
+            if method is not None:
+                return Local(f"{method[0].qualname}.{node.attr}")
+            if base.worker and not self.is_defined(info, node.attr):
+                if record:
+                    self.attribute_touch(node, Ref("worker"), node.attr, store=store)
+                return Obj(Ref("worker").attr(node.attr))
+        return None
+
+    def attribute_touch(self, node: ast.expr, receiver: Ref, name: str, call: CallShape | None = None,
+                        store: bool = False) -> None:
+        self.add(TouchPoint(Kind.ATTRIBUTE, f"{receiver.render()}.{name}", self.loc(node), self.code(node),
+                            call=call, receiver=receiver, attribute=name, store=store,
+                            guards=tuple(self.guards), context=self.context()))
+
+    def eval_call(self, node: ast.Call, record: bool) -> Value:
+        func = node.func
+        shape = call_shape(node)
+        result: Value = None
+        if isinstance(func, ast.Attribute):
+            base = self.eval(func.value, record)
+            receiver: Ref | None = None
+            if isinstance(base, Obj):
+                receiver = base.ref
+            elif isinstance(base, Sym) and is_class_like(base.path):
+                receiver = Ref.of_symbol(base.path)
+            elif isinstance(base, SelfOf) and base.worker:
+                info = self.index.classes.get(base.qualname)
+                if info is not None and self.index.find_method(info, func.attr) is None \
+                        and not self.has_attribute(info.qualname, func.attr):
+                    receiver = Ref("worker")
+            if receiver is not None:
+                if record:
+                    self.attribute_touch(func, receiver, func.attr, call=shape)
+                    if func.attr in RPC_METHODS:
+                        self.rpc_touch(node, receiver)
+                result = Obj(receiver.attr(func.attr).called())
+                if func.attr in RPC_METHODS:
+                    result = Reply(self.loc(node))
+            elif isinstance(base, Sym):
+                path = f"{base.path}.{func.attr}"
+                if record:
+                    self.add(TouchPoint(Kind.CALL, path, self.loc(node), self.code(node), call=shape,
+                                        guards=tuple(self.guards), context=self.context()))
+                result = Obj(Ref.of_symbol(path).called())
+            else:
+                value = self.eval_attribute(func, record=False) if isinstance(base, SelfOf) else None
+                result = self.local_call_result(value)
+        else:
+            value = self.eval(func, record)
+            if isinstance(value, Either):
+                for option, expr, text in value.options:
+                    self.guards.append(Guard(expr, True, text, value.location))
+                    if record:
+                        self.add(TouchPoint(Kind.CALL, option.path, self.loc(node), self.code(node), call=shape,
+                                            guards=tuple(self.guards), context=self.context()))
+                    self.guards.pop()
+                result = None
+            elif isinstance(value, Sym):
+                if record:
+                    literals = tuple((k.arg, ast.unparse(k.value)) for k in node.keywords
+                                     if k.arg and isinstance(k.value, ast.Constant))
+                    self.add(TouchPoint(Kind.CALL, value.path, self.loc(node), self.code(node), call=shape,
+                                        guards=tuple(self.guards), context=self.context(), literals=literals))
+                result = Obj(Ref.of_symbol(value.path).called())
+            elif isinstance(value, Obj):
+                result = Obj(value.ref.called())
+            else:
+                result = self.local_call_result(value)
+            if isinstance(func, ast.Name) and func.id == "len" and node.args:
+                measured = self.eval(node.args[0], record=False)
+                if isinstance(measured, Reply):
+                    self.reply_use(measured, "len", "len(...)", node)
+        for arg in node.args:
+            self.eval(arg.value if isinstance(arg, ast.Starred) else arg, record)
+        for kw in node.keywords:
+            self.eval(kw.value, record)
+        return result
+
+    def reply_use(self, reply: Reply, kind: str, detail: str, node: ast.AST) -> None:
+        self.found.reply_uses.setdefault(reply.location, []).append(
+            ReplyUse(kind, detail, self.loc(node), self.code(node)))
+
+    def rpc_touch(self, node: ast.Call, receiver: Ref) -> None:
+        method_node = node.args[0] if node.args else next(
+            (k.value for k in node.keywords if k.arg == "method"), None)
+        if isinstance(method_node, ast.Constant) and isinstance(method_node.value, str):
+            name, note = method_node.value, None
+        elif isinstance(method_node, ast.JoinedStr) or isinstance(method_node, ast.Name):
+            name, note = "?", f"method name is computed ({ast.unparse(method_node)}), not a literal"
+        else:
+            return  # a callable is sent to the workers: nothing named to check
+        self.add(TouchPoint(Kind.RPC, name, self.loc(node), self.code(node), receiver=receiver,
+                            rpc_method=name, call=call_shape(node), guards=tuple(self.guards),
+                            context=self.context(), note=note))
+
+    def local_call_result(self, value: Value) -> Value:
+        """Calling a consumer function whose return annotation names a vLLM class."""
+        if isinstance(value, Local):
+            returns = self.index.return_annotations.get(value.qualname)
+            if returns is not None:
+                return self.annotation_value(returns)
+        return None
+
+    def annotation_value(self, annotation: ast.expr | None) -> Value:
+        """A parameter annotated with a vLLM class is an instance of it."""
+        if annotation is None:
+            return None
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                annotation = ast.parse(annotation.value, mode="eval").body
+            except SyntaxError:
+                return None
+        if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+            sides = [s for s in (annotation.left, annotation.right)
+                     if not (isinstance(s, ast.Constant) and s.value is None)]
+            annotation = sides[0] if len(sides) == 1 else annotation
+        if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, (ast.Name, ast.Attribute)):
+            head = annotation.value.id if isinstance(annotation.value, ast.Name) else annotation.value.attr
+            if head == "Optional":
+                annotation = annotation.slice
+        value = self.eval(annotation, record=False)
+        if isinstance(value, Sym):
+            return Obj(Ref.of_symbol(value.path).called())
+        return None

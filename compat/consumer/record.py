@@ -1,0 +1,32 @@
+"""What the walk of one consumer module found (``compat.consumer.visitor``), returned to the tree scan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compat.consumer.model import Ref, ReplyUse, TouchPoint
+from compat.consumer.values import ClassAttributes
+from compat.location import Location
+
+
+@dataclass(frozen=True)
+class ForwardReplacement:
+    """``x.forward = types.MethodType(f, x)``: the consumer function ``f`` installed as a forward."""
+
+    function: str
+    location: Location
+    target: Ref | None
+    """The object whose forward is replaced, when the walk knows it."""
+    code: str
+
+
+@dataclass
+class ModuleRecord:
+    """Everything one walk of a module found, each thing once, in the order met."""
+
+    touchpoints: list[TouchPoint] = field(default_factory=list)
+    reply_uses: dict[Location, list[ReplyUse]] = field(default_factory=dict)
+    """How the replies of worker RPCs are used, by the RPC's location (which may lie in another module)."""
+    forwards: list[ForwardReplacement] = field(default_factory=list)
+    attributes: ClassAttributes = field(default_factory=ClassAttributes)
+    """What ``self.x = ...`` assignments in this module gave each class's attributes."""
