@@ -6,6 +6,8 @@ import ast
 
 from compat.signature import CallShape
 
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
 
 def is_type_checking(test: ast.expr) -> bool:
     """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:`` (names under it do not exist at run time)."""

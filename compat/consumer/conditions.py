@@ -14,9 +14,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from compat.consumer.guards import All, Any_, Const, GuardExpr, HasAttr, Not, Opaque, VersionCmp
-from compat.consumer.index import FunctionNode
 from compat.consumer.values import Lit, Local, Sym, Value, VersionValue
-from compat.syntax import called_name
+from compat.syntax import FunctionNode, called_name
 
 _PARSERS = {"Version", "parse", "parse_version", "LooseVersion", "StrictVersion"}
 _DIST_VERSION = {"version"}

@@ -11,10 +11,10 @@ import ast
 from dataclasses import dataclass, field
 
 from compat.location import Location
+from compat.syntax import FunctionNode
 
 EXTENSION_KEYWORDS = ("worker_extension_cls",)
 
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from compat.vllm.definitions import FunctionNode, definition
+from compat.syntax import FunctionNode
+from compat.vllm.definitions import definition
 from compat.vllm.modules import ModuleInfo
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import Found

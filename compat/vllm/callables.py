@@ -12,7 +12,8 @@ from __future__ import annotations
 import ast
 
 from compat.signature import Parameter, ParamKind, Signature
-from compat.vllm.definitions import ClassModel, FunctionNode, Reading, definition
+from compat.syntax import FunctionNode
+from compat.vllm.definitions import ClassModel, Reading, definition
 from compat.vllm.modules import ModuleInfo
 from compat.vllm.surface import Found, Unresolved
 

@@ -12,10 +12,9 @@ import ast
 from dataclasses import dataclass
 from typing import Protocol
 
+from compat.syntax import FunctionNode
 from compat.vllm.modules import ModuleInfo
 from compat.vllm.surface import Found, Lookup, Missing, Unresolved
-
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 @dataclass(eq=False)
