@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 from compat.signature import CallShape
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def module_name(root: Path, path: Path) -> str:
+    """The dotted module a file under ``root`` is imported as (``pkg/sub/__init__.py`` is ``pkg.sub``); a file
+    outside ``root`` is named by its stem."""
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        return path.stem
+    parts = list(rel.with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts) or path.stem
 
 
 def is_type_checking(test: ast.expr) -> bool:

@@ -23,20 +23,10 @@ from compat.consumer.values import ClassAttributes
 from compat.consumer.visitor import walk_module
 from compat.location import Location
 from compat.sources import SourceTree
+from compat.syntax import module_name
 
 _PASSES = 3
 """Walks over every module: ``self.x`` assigned in one may be read in another, before or after it."""
-
-
-def _module_name(root: Path, path: Path) -> str:
-    try:
-        rel = path.relative_to(root)
-    except ValueError:
-        return path.stem
-    parts = list(rel.with_suffix("").parts)
-    if parts and parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts) or path.stem
 
 
 def _relpath(root: Path, path: Path) -> str:
@@ -63,7 +53,7 @@ def written_for(requires: tuple[str, ...], target: str) -> str | None:
 
 def iter_files(tree: SourceTree) -> Iterator[tuple[Path, str, str]]:
     for path in tree.python_files():
-        yield path, _module_name(tree.root, path), _relpath(tree.root, path)
+        yield path, module_name(tree.root, path), _relpath(tree.root, path)
 
 
 def scan_tree(tree: SourceTree, target: str = "vllm") -> Scan:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from compat.location import Location
 from compat.signature import Signature
-from compat.syntax import is_type_checking
+from compat.syntax import is_type_checking, module_name
 from compat.vllm.callables import CallableReader
 from compat.vllm.definitions import ClassModel, Definition, definition
 from compat.vllm.modules import Binding, ModuleInfo, SourceIndex, target_names
@@ -385,11 +385,7 @@ def _definition_index(root: Path, package: str) -> dict[str, list[str]]:
     index: dict[str, list[str]] = {}
     base = root / package
     for path in sorted(base.rglob("*.py")):
-        rel = path.relative_to(root).with_suffix("")
-        parts = list(rel.parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        module = ".".join(parts)
+        module = module_name(root, path)
         try:
             data = path.read_bytes()
         except OSError:
