@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import fnmatch
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -43,6 +42,8 @@ class AllowEntry:
 
 
 def load(path: Path) -> list[AllowEntry]:
+    import tomllib  # here, not at the top: only --allow needs it, and every audit imports this module
+
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:

@@ -3,7 +3,6 @@ or a requirement fetched from the package index (never installed)."""
 
 from __future__ import annotations
 
-import importlib.metadata
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -25,6 +24,8 @@ def open_consumer(spec: str, target: str = "vllm") -> sources.SourceTree:
     except InvalidRequirement as exc:
         raise CompatError(f"--consumer {spec!r}: not a path, an archive, or a requirement ({exc})") from exc
     if not req.specifier:
+        import importlib.metadata  # only a bare distribution name needs it
+
         try:
             importlib.metadata.distribution(req.name)
             return sources.tree_from_installed(req.name)

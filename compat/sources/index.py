@@ -12,9 +12,7 @@ import html.parser
 import json
 import os
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +64,10 @@ def index_url() -> str:
 
 
 def _fetch(url: str, accept: str | None = None, timeout: float = 60.0) -> tuple[bytes, str]:
+    # Imported here: HTTP and TLS cost tens of milliseconds to import, and a warm audit never fetches.
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:

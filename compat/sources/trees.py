@@ -6,8 +6,6 @@ holding top-level packages, plus what is known of its name, version and origin.
 
 from __future__ import annotations
 
-import email.parser
-import importlib.metadata
 import json
 import re
 import shutil
@@ -123,6 +121,8 @@ def _read_metadata(top: Path) -> tuple[str | None, str | None, tuple[str, ...]]:
         top.glob("*.egg-info/PKG-INFO"))
     if not found:
         return None, None, ()
+    import email.parser  # here, not at the top: a warm audit reads no metadata
+
     message = email.parser.Parser().parsestr(found[0].read_text(encoding="utf-8", errors="replace"))
     return message.get("Name"), message.get("Version"), tuple(message.get_all("Requires-Dist") or ())
 
@@ -192,6 +192,8 @@ def _cached_release(project: str, version: str) -> SourceTree | None:
 
 def tree_from_installed(distribution: str) -> SourceTree:
     """An installed distribution's files, found through its metadata (not imported)."""
+    import importlib.metadata  # here, not at the top: it costs a warm audit of a release tens of milliseconds
+
     try:
         dist = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError as exc:
