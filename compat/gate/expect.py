@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from compat.errors import CompatError
-from compat.gate.tensors import canonical_dtype
+from compat.gate.read.tensors import canonical_dtype
 
 T = TypeVar("T")
 

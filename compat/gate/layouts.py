@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from compat.gate.safetensors_header import HeaderError, read_header
-from compat.gate.tensors import TensorInfo
+from compat.gate.read.safetensors_header import HeaderError, read_header
+from compat.gate.read.tensors import TensorInfo
 
 
 class Layout(str, Enum):
@@ -265,7 +265,7 @@ def _load(path: str) -> Any:
 
     Raises ``FormatError`` for a file that is neither a zip archive nor a pickle stream.
     """
-    from compat.gate.torch_header import NotPlain, read_structure
+    from compat.gate.read.torch_header import NotPlain, read_structure
 
     try:
         return read_structure(path)

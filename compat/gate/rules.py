@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from compat.findings import Status
 from compat.gate.expect import Expectations, Expected
 from compat.gate.layouts import Layout, SampleView
-from compat.gate.tensors import FLOATS, INTEGERS, shape_text
+from compat.gate.read.tensors import FLOATS, INTEGERS, shape_text
 
 RULES: dict[str, str] = {
     "readable": "the file opens and parses: a safetensors header consistent with the file's size, or "

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from math import prod
 
-from compat.gate.tensors import ITEMSIZE
+from compat.gate.read.tensors import ITEMSIZE
 
 # torch's typed-storage class names (what torch.save pickles) -> dtype names.
 _STORAGES = {

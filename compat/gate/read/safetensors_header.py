@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from math import prod
 
-from compat.gate.tensors import ITEMSIZE, SAFETENSORS_DTYPES, TensorInfo
+from compat.gate.read.tensors import ITEMSIZE, SAFETENSORS_DTYPES, TensorInfo
 
 MAX_HEADER = 100_000_000
 """The safetensors library refuses larger headers; so does the gate."""
