@@ -3,11 +3,11 @@
     extraction run (real engine) --> tensors --> validation gate
 
 ``python -m compat.gate PATH...`` (see ``compat.gate.cli``), or in Python ``run_gate(GateOptions(...))``.
-Layouts are described in ``compat.gate.layouts``, rules in ``compat.gate.rules.RULES``.
+Layouts are described in ``compat.gate.read.layouts``, rules in ``compat.gate.rules.RULES``.
 """
 
 from compat.gate.expect import Expectations, Expected
-from compat.gate.layouts import Layout, read_file
+from compat.gate.read import Layout, read_file
 from compat.gate.result import SCHEMA, GateResult, GateSummary
 from compat.gate.rules import RULES
 from compat.gate.runner import GateOptions, run_gate

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from compat.cli import emit, guarded
 from compat.errors import CompatError
-from compat.gate.layouts import Layout
+from compat.gate.read import Layout
 from compat.gate.reference import NUMBERINGS
 from compat.gate.rules import RULES
 from compat.gate.runner import GateOptions, run_gate

@@ -23,9 +23,9 @@ from typing import Any
 from compat.errors import CompatError
 from compat.findings import Status
 from compat.gate.expect import Expectations
-from compat.gate.layouts import Layout, SampleView
+from compat.gate.read import Layout, SampleView
+from compat.gate.read.tensor_data import open_sample
 from compat.gate.rules import Verdict
-from compat.gate.values import open_file
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ def run_reference(options: Any, exp: Expectations, candidates: list[SampleView],
 
 def _check_sample(ref: HFReference, view: SampleView, exp: Expectations, numbering: str, n_layers: int,
                   model_type: str | None, options: Any) -> tuple[dict, Verdict]:
-    with open_file_sample(view) as st:
+    with open_sample(view) as st:
         ids = st.token_ids()
         stored = [st.layer(i) for i in range(len(view.layers))]
     states = ref.states(ids)
@@ -218,19 +218,3 @@ def _check_sample(ref: HFReference, view: SampleView, exp: Expectations, numberi
     worst = max(r["rel"] for r in rows)
     return entry, Verdict("reference", f"{len(rows)} layers match HF transformers (states {matched}; worst relative "
                           f"error {worst:.2g}, tolerance {tol.max_rel:g})", status=Status.OK)
-
-
-def open_file_sample(view: SampleView):
-    """``open_file`` for the one file holding ``view``, yielding that sample's tensors."""
-    from contextlib import contextmanager
-
-    from compat.gate.layouts import read_file
-
-    @contextmanager
-    def opened():
-        file = read_file(view.file, view.layout, view.layers[0].shape[-1] if view.layers else None,
-                         len(view.layers))
-        with open_file(file) as samples:
-            yield next(s for s in samples if s.view.index == view.index)
-
-    return opened()

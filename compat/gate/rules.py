@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from compat.findings import Status
 from compat.gate.expect import Expectations, Expected
-from compat.gate.layouts import Layout, SampleView
+from compat.gate.read import Layout, SampleView
 from compat.gate.read.tensors import FLOATS, INTEGERS, shape_text
 
 RULES: dict[str, str] = {
@@ -67,6 +67,11 @@ def _layer_count(s: SampleView, exp: Expectations) -> Verdict | None:
 
 
 def _layer_shape(s: SampleView) -> Verdict | None:
+    hs = s.stacked
+    if hs is not None and len(hs.shape) != 3:
+        return Verdict("layer_shape", f"hidden_states has shape {list(hs.shape)}: vLLM's extraction writes "
+                       f"[T, n_layers, hidden] (rank 3), this is rank {len(hs.shape)}",
+                       "save hidden_states as one [tokens, layers, hidden] tensor per request")
     if not s.layers:
         return None
     bad = [t for t in s.layers if len(t.shape) != 2]
@@ -119,7 +124,7 @@ def _hidden_size(s: SampleView, exp: Expectations) -> Verdict | None:
         return None
     msg = f"layers have hidden size {', '.join(map(str, dims))}, expected {want.value} ({want.source})"
     if s.layout is Layout.EAGLE and dims[0] % want.value:
-        msg += f"; {s.key} width {dims[0]} is not a multiple of {want.value} either"
+        msg += f"; {s.layout.layers_key} width {dims[0]} is not a multiple of {want.value} either"
     return Verdict("hidden_size", msg, "extract from the model whose config you pass, without tensor-parallel "
                    "sharding of the hidden dimension", expected=str(want.value), found=str(dims[0]))
 
@@ -145,7 +150,7 @@ def _token_ids(s: SampleView) -> Verdict | None:
     t = s.token_ids
     name = "token_ids" if s.layout is Layout.VLLM_SAFETENSORS else "input_ids"
     if t is None:
-        if any(p.rule == "layout" for p in s.problems):
+        if any(f.entry != "loss_mask" for f in s.faults):
             return None  # the layout finding already names the missing key
         return Verdict("token_ids", f"{name} is not a tensor")
     if len(t.shape) != 1 or t.shape[0] == 0 or t.dtype not in INTEGERS:
@@ -174,7 +179,7 @@ def _loss_mask(s: SampleView) -> Verdict | None:
 
 def check_header(s: SampleView, exp: Expectations) -> list[Verdict]:
     """Every header rule over one sample."""
-    out = [Verdict(p.rule, p.message, p.fix) for p in s.problems]
+    out = [Verdict("loss_mask" if f.entry == "loss_mask" else "layout", f.message, f.fix) for f in s.faults]
     for verdict in (_layer_count(s, exp), _layer_shape(s), _seq_len(s), _hidden_size(s, exp), _dtype(s, exp),
                     _token_ids(s), _loss_mask(s)):
         if verdict is not None:

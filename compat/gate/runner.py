@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import time
 import traceback
 from collections import Counter
@@ -18,10 +19,11 @@ from pathlib import Path
 from compat.errors import CompatError
 from compat.findings import Evidence, Finding, Status
 from compat.gate import expect
-from compat.gate.layouts import DATA_SUFFIXES, FileView, Layout, SampleView, natural_key, read_file
+from compat.gate.read import DATA_SUFFIXES, FailureKind, FileView, Layout, SampleView, read_file
+from compat.gate.read.tensor_data import open_file
 from compat.gate.result import GateResult, GateSummary
 from compat.gate.rules import RULES, Verdict, check_header, fill_from_dataset
-from compat.gate.values import NONFINITE_POLICIES, check_values, open_file
+from compat.gate.values import NONFINITE_POLICIES, check_values
 
 DATA_CONFIG = "data_config.json"
 
@@ -47,6 +49,14 @@ class GateOptions:
 
 
 Progress = Callable[[int, int], None]
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(path: str) -> tuple:
+    """``data_2.pt`` before ``data_10.pt`` (directories compare as text, names by their numbers)."""
+    head, _, name = path.rpartition(os.sep)
+    return head, tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(name))
 
 
 def _walk(top: str, out: list[str]) -> None:
@@ -101,12 +111,6 @@ def _finding(root: Path, file: str, index: int | None, v: Verdict, tb: str | Non
                    fix=v.fix, allowed=v.allowed)
 
 
-def _sound(s: SampleView) -> bool:
-    """Values can be scanned: layers exist, all [T, hidden] with one shape, and T is known."""
-    return bool(s.layers) and len({t.shape for t in s.layers}) == 1 and len(s.layers[0].shape) == 2 \
-        and s.layers[0].shape[0] > 0
-
-
 def _expectations(options: GateOptions, data_config: Path | None) -> expect.Expectations:
     model = expect.read_model_config(options.model) if options.model else None
     if model is None and options.reference is not None:
@@ -150,7 +154,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
         views.append(view)
         samples += view.samples
         if view.failure is not None:
-            rule = "layout" if view.failure.error_type == "LayoutMismatch" else "readable"
+            rule = "layout" if view.failure.kind is FailureKind.LAYOUT_MISMATCH else "readable"
             f = view.failure
             verdicts.setdefault((path, None), []).append(
                 (Verdict(rule, f"{f.message} [{f.error_type}]", _READ_FIX[rule], found=f.error_type), f.traceback))
@@ -176,7 +180,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
         # exactly what a reference comparison should look at too.
         structural = {"readable", "layout", "token_ids", "seq_len", "layer_shape"}
         failed = {key for key, found in verdicts.items() if any(v.rule in structural for v, _ in found)}
-        candidates = [s for s in samples if _sound(s) and (s.file, s.index) not in failed
+        candidates = [s for s in samples if s.sound and (s.file, s.index) not in failed
                       and (s.file, None) not in failed]
         reference = run_reference(options, exp, candidates, verdicts)
     findings = _collect(views, verdicts, options.ignore, root)
@@ -208,7 +212,7 @@ def _scan_values(view: FileView, exp: expect.Expectations, options: GateOptions,
     try:
         with open_file(view) as tensors:
             for st in tensors:
-                if not _sound(st.view):
+                if not st.view.sound:
                     continue  # the header rules report why; values of a malformed sample mean nothing
                 outcome = check_values(st, exp, options.nonfinite)
                 read += outcome.bytes_read

@@ -6,71 +6,18 @@ memory whole; chunks are converted to float32 only for the statistics.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 from compat.findings import Status
 from compat.gate.expect import Expectations
-from compat.gate.layouts import FileView, Layout, SampleView, load_torch
+from compat.gate.read import Layout, SampleView
+from compat.gate.read.tensor_data import SampleTensors
 from compat.gate.rules import Verdict
 
 CHUNK_BYTES = 32 << 20
 NONFINITE_POLICIES = ("fail", "warn", "skip")
 ORDER_RATIO = 0.5
 """layer_order fires when a later layer's median RMS is below this fraction of an earlier layer's."""
-
-
-class SampleTensors:
-    """Lazy access to one sample's tensors: token ids, loss mask, and row ranges of every layer."""
-
-    def __init__(self, view: SampleView, get: Any) -> None:
-        self.view = view
-        self._get = get  # name -> tensor (memory-mapped) or safetensors slice
-
-    def token_ids(self):
-        name = "token_ids" if self.view.layout is Layout.VLLM_SAFETENSORS else "input_ids"
-        return self._get(name)[:]
-
-    def loss_mask(self):
-        return self._get("loss_mask")[:] if self.view.loss_mask is not None else None
-
-    def block(self, start: int, stop: int):
-        """Rows ``start:stop`` of every layer as one ``[rows, n_layers, hidden]`` tensor, stored dtype."""
-        import torch
-
-        v = self.view
-        if v.stacked is not None:
-            return self._get("hidden_states")[start:stop]
-        if v.layout is Layout.SPECULATORS_PT:
-            layers = self._get("hidden_states")
-            return torch.stack([layers[i][start:stop] for i in range(len(v.layers))], dim=1)
-        out = []
-        for t in v.layers:  # eagle: column slices of hidden_state, then target
-            if t.name in ("target", "hidden_state"):
-                out.append(self._get(t.name)[start:stop])
-            else:
-                lo, hi = (int(x) for x in t.name.split("[:, ")[1].rstrip("]").split(":"))
-                out.append(self._get("hidden_state")[start:stop, lo:hi])
-        return torch.stack(out, dim=1)
-
-    def layer(self, i: int):
-        return self.block(0, self.view.layers[i].shape[0])[:, i]
-
-
-@contextmanager
-def open_file(file: FileView) -> Iterator[list[SampleTensors]]:
-    """The samples of ``file`` with lazy tensor access (header already read into ``file.samples``)."""
-    if file.path.endswith(".safetensors"):
-        from safetensors import safe_open
-
-        with safe_open(file.path, framework="pt") as handle:
-            yield [SampleTensors(s, handle.get_slice) for s in file.samples]
-        return
-    obj = load_torch(file.path)
-    items = obj if isinstance(obj, (list, tuple)) else [obj]
-    yield [SampleTensors(s, items[s.index or 0].__getitem__) for s in file.samples]
 
 
 @dataclass
@@ -170,7 +117,7 @@ def _order(view: SampleView, exp: Expectations, names: list[str], stats: list[_L
 
     # Order slots by layer id when known (speculators keeps the order asked for, vLLM sorts), else as stored;
     # EAGLE-3's `target` is after the final norm, outside the residual stream's growth, so it is left out.
-    slots = [i for i, t in enumerate(view.layers) if t.name != "target"]
+    slots = [i for i, t in enumerate(view.layers) if t.key != "target"]
     ids = exp.layer_ids.value if exp.layer_ids and len(exp.layer_ids.value) == len(view.layers) else None
     if ids is not None and view.layout is not Layout.VLLM_SAFETENSORS:
         slots.sort(key=lambda i: ids[i])

@@ -34,7 +34,7 @@ class NotPlain(Exception):
 
 @dataclass(frozen=True, slots=True)
 class TensorStub:
-    """Stands for a tensor: what ``layouts`` reads of one (``shape``, ``dtype``)."""
+    """Stands for a tensor: what ``samples`` reads of one (``shape``, ``dtype``)."""
 
     dtype: str
     shape: tuple[int, ...]
