@@ -2,18 +2,20 @@
 
 Sources, strongest first: command-line flags; the model's ``config.json`` (``--model``, else
 ``--reference``); speculators' ``data_config.json`` beside the files. What none of them states is taken
-from the dataset itself (what most samples have) when the rules run.
+from the dataset itself (what most samples of a layout have: ``fill_from_dataset``) before the rules run.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from compat.errors import CompatError
 from compat.gate.read.tensors import canonical_dtype
+from compat.gate.read.views import SampleView
 
 T = TypeVar("T")
 
@@ -48,6 +50,14 @@ class Expectations:
     layer_ids: Expected[tuple[int, ...]] | None = None
     vocab_size: Expected[int] | None = None
     model: ModelInfo | None = None
+
+    def stored_layer_ids(self, view: SampleView) -> tuple[int, ...] | None:
+        """The expected layer ids in the order ``view`` stores its layers (vLLM: ascending, whatever order was
+        asked); None when no ids are known or their count is not the sample's."""
+        if self.layer_ids is None or len(self.layer_ids.value) != len(view.layers):
+            return None
+        ids = self.layer_ids.value
+        return tuple(sorted(ids)) if view.layout.sorts_layers else ids
 
     def as_dict(self) -> dict[str, Any]:
         out = {}
@@ -147,3 +157,23 @@ def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: i
             raise CompatError(f"layer ids {bad} ({out['layer_ids'].source}) are outside the model's "
                               f"{model.num_layers} decoder layers")
     return Expectations(**out)
+
+
+def _majority(values: list, label: str) -> Expected | None:
+    if not values:
+        return None
+    value, n = Counter(values).most_common(1)[0]
+    return Expected(value, f"what {n} of {len(values)} samples have; no {label} was given")
+
+
+def fill_from_dataset(exp: Expectations, samples: list[SampleView]) -> Expectations:
+    """Expectations nobody stated are taken from the dataset's majority, so outliers still stand out."""
+    sound = [s for s in samples if s.layers and all(len(t.shape) == 2 for t in s.layers)]
+    changes = {}
+    if exp.layers is None:
+        changes["layers"] = _majority([len(s.layers) for s in samples if s.layers], "--layers")
+    if exp.hidden_size is None:
+        changes["hidden_size"] = _majority([s.layers[0].shape[-1] for s in sound], "--hidden-size or --model")
+    if exp.dtype is None:
+        changes["dtype"] = _majority([s.layers[0].dtype for s in sound], "--dtype or --model")
+    return replace(exp, **{k: v for k, v in changes.items() if v is not None})
