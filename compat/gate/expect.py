@@ -39,7 +39,6 @@ class ModelInfo:
     num_layers: int | None
     dtype: str | None
     vocab_size: int | None
-    model_type: str | None
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,6 @@ class Expectations:
     layers: Expected[int] | None = None
     layer_ids: Expected[tuple[int, ...]] | None = None
     vocab_size: Expected[int] | None = None
-    model: ModelInfo | None = None
 
     def stored_layer_ids(self, view: SampleView) -> tuple[int, ...] | None:
         """The expected layer ids in the order ``view`` stores its layers (vLLM: ascending, whatever order was
@@ -99,7 +97,7 @@ def read_model_config(path: Path) -> ModelInfo:
     except CompatError as exc:
         raise CompatError(f"--model {config}: {exc}") from exc
     return ModelInfo(config, pick("hidden_size"), pick("num_hidden_layers", "n_layers"), dtype,
-                     pick("vocab_size"), pick("model_type"))
+                     pick("vocab_size"))
 
 
 @dataclass(frozen=True)
@@ -109,7 +107,6 @@ class DataConfig:
     path: Path
     layer_ids: tuple[int, ...] | None
     hidden_size: int | None
-    target_model: str | None
 
 
 def read_data_config(path: Path) -> DataConfig:
@@ -117,8 +114,7 @@ def read_data_config(path: Path) -> DataConfig:
         data = json.loads(path.read_text())
         layer_ids = data.get("hidden_states", {}).get("layer_ids")
         model = data.get("model", {})
-        return DataConfig(path, tuple(int(i) for i in layer_ids) if layer_ids else None, model.get("hidden_size"),
-                          model.get("target_model_path"))
+        return DataConfig(path, tuple(int(i) for i in layer_ids) if layer_ids else None, model.get("hidden_size"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
         raise CompatError(f"{path}: unreadable speculators data_config.json ({type(exc).__name__}: {exc})") from exc
 
@@ -127,7 +123,7 @@ def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: i
           layer_ids: tuple[int, ...] | None = None, model: ModelInfo | None = None,
           data_config: DataConfig | None = None) -> Expectations:
     """Combine flags, model config and data_config.json; conflicting flags raise CompatError."""
-    out: dict[str, Any] = {"model": model}
+    out: dict[str, Any] = {}
     if hidden_size is not None:
         out["hidden_size"] = Expected(hidden_size, "--hidden-size")
     elif model is not None and model.hidden_size:
