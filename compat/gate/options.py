@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from compat.gate.read.layouts import Layout
 
@@ -26,3 +27,10 @@ class GateOptions:
     min_cos: float | None = None
     ignore: frozenset[str] = field(default_factory=frozenset)
     strict: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report's ``options`` (schema ``compat.gate/1``)."""
+        return {"layout": self.layout.value if self.layout else "auto", "values": self.values,
+                "nonfinite": self.nonfinite, "reference": str(self.reference) if self.reference else None,
+                "reference_samples": self.reference_samples, "layer_numbering": self.layer_numbering,
+                "ignore": sorted(self.ignore), "strict": self.strict}

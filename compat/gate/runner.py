@@ -25,7 +25,8 @@ from compat.gate.discover import discover
 from compat.gate.options import GateOptions
 from compat.gate.read.files import read_file
 from compat.gate.read.layouts import Layout
-from compat.gate.read.views import FileView, SampleView
+from compat.gate.read.views import FileView
+from compat.gate.recompute import recompute
 from compat.gate.result import GateResult, GateSummary
 from compat.gate.rules import RULES, STRUCTURAL, checks
 from compat.gate.rules.rule import Context, Phase
@@ -91,6 +92,23 @@ def _value_subjects(scanned: list[tuple[str, FileValues]], base: Context,
             yield (path, None), values.failure, base
 
 
+def _read(files: list[str], options: GateOptions, exp: expect.Expectations,
+          progress: Progress | None) -> tuple[list[FileView], list[tuple[str, FileValues]]]:
+    """Every file's view, and with ``--values`` what its sound samples' values measure."""
+    hidden_hint = exp.hidden_size.value if exp.hidden_size else None
+    layers_hint = exp.layers.value if exp.layers else None
+    views: list[FileView] = []
+    scanned: list[tuple[str, FileValues]] = []
+    for n, path in enumerate(files, 1):
+        view = read_file(path, options.layout, hidden_hint, layers_hint)
+        views.append(view)
+        if options.values and view.failure is None:
+            scanned.append((path, scan_file(view, exp.vocab_size is not None)))
+        if progress is not None:
+            progress(n, len(files))
+    return views, scanned
+
+
 def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     if options.nonfinite not in NONFINITE_POLICIES:
         raise CompatError(f"--nonfinite {options.nonfinite!r}: choose one of {', '.join(NONFINITE_POLICIES)}")
@@ -100,19 +118,8 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     started = time.perf_counter()
     files, root, data_config = discover(options.paths)
     exp = _expectations(options, data_config)
-    hidden_hint = exp.hidden_size.value if exp.hidden_size else None
-    layers_hint = exp.layers.value if exp.layers else None
-    views: list[FileView] = []
-    samples: list[SampleView] = []
-    scanned: list[tuple[str, FileValues]] = []
-    for n, path in enumerate(files, 1):
-        view = read_file(path, options.layout, hidden_hint, layers_hint)
-        views.append(view)
-        samples += view.samples
-        if options.values and view.failure is None:
-            scanned.append((path, scan_file(view, exp.vocab_size is not None)))
-        if progress is not None:
-            progress(n, len(files))
+    views, scanned = _read(files, options, exp, progress)
+    samples = [s for view in views for s in view.samples]
     # What no flag or config states is taken from the majority of samples of the same layout: a run over
     # two datasets (say EAGLE checkpoints next to vLLM files) must not judge one by the other.
     by_layout = {layout: expect.fill_from_dataset(exp, [s for s in samples if s.layout is layout])
@@ -124,13 +131,11 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     _judge(Phase.HEADER, (((s.file, s.index), s, contexts[s.layout]) for s in samples), found)
     skipped = _judge(Phase.VALUES, _value_subjects(scanned, base, contexts), found)
     layouts = Counter(v.samples[0].layout for v in views if v.samples)
-    exp_layout = layouts.most_common(1)[0][0] if layouts else None
-    if exp_layout is not None:
-        exp = by_layout[exp_layout]
+    shown_layout = layouts.most_common(1)[0][0] if layouts else None
+    if shown_layout is not None:
+        exp = by_layout[shown_layout]
     reference = None
     if options.reference is not None:
-        from compat.gate.recompute import recompute
-
         # Recompute only what can be compared row by row; a failed value rule (a NaN, a suspicious order) is
         # exactly what a reference comparison should look at too.
         failed = {key for key, pairs in found.items() if any(rule in STRUCTURAL for rule, _ in pairs)}
@@ -146,15 +151,11 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
         bytes=sum(v.size for v in views), value_bytes=sum(values.bytes_read for _, values in scanned),
         seconds=time.perf_counter() - started, layouts=tuple(sorted((k.value, n) for k, n in layouts.items())),
         skipped_samples=tuple(where(root, *key)[1] for key in skipped))
-    opts = {"layout": options.layout.value if options.layout else "auto", "values": options.values,
-            "nonfinite": options.nonfinite, "reference": str(options.reference) if options.reference else None,
-            "reference_samples": options.reference_samples, "layer_numbering": options.layer_numbering,
-            "ignore": sorted(options.ignore), "strict": options.strict}
     notes = []
     if len(layouts) > 1:
         notes.append("several layouts: expectations no flag states come from each layout's own majority; the "
-                     f"ones shown are for {exp_layout.value}")
+                     f"ones shown are for {shown_layout.value}")
     if data_config is not None:
         notes.append(f"speculators data_config.json read from {data_config}")
-    return GateResult(tuple(findings), summary, exp, tuple(map(str, options.paths)), str(root), opts, reference,
-                      tuple(notes), options.strict)
+    return GateResult(tuple(findings), summary, exp, tuple(map(str, options.paths)), str(root), options.as_dict(),
+                      reference, tuple(notes), options.strict)
