@@ -2,7 +2,7 @@
 (NaN/Inf counts, all-zero layers, identical layers, per-layer median RMS, token id range, mask values).
 
 Files are memory-mapped, so a 268 MB sample never sits in memory whole; chunks are converted to float32 only
-for the statistics. No verdicts here: ``compat.gate.rules`` judges what this measures.
+for the statistics. Nothing is judged here: ``compat.gate.rules`` judges what this measures.
 """
 
 from __future__ import annotations

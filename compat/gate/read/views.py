@@ -1,6 +1,6 @@
 """What reading a file yields: ``FileView`` (its samples, or why it could not be read) and ``SampleView``.
 
-Views hold shapes and dtypes only, no tensor data, and no verdicts: what the reader could not make sense of
+Views hold shapes and dtypes only, no tensor data, and judge nothing: what the reader could not make sense of
 is recorded as ``EntryFault`` or ``ReadFailure`` for the rules (``compat.gate.rules``) to judge.
 """
 

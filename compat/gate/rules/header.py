@@ -10,6 +10,7 @@ from compat.findings import Status
 from compat.gate.read.layouts import Layout
 from compat.gate.read.tensors import FLOATS, INTEGERS, shape_text
 from compat.gate.read.views import EntryFault, SampleView
+from compat.gate.rules.reading import layout_fault
 from compat.gate.rules.rule import Context, Phase, ReadSubject, Rule, RuleFinding, ValueSubject
 from compat.gate.value_stats import SampleValues
 
@@ -140,7 +141,7 @@ def _token_ids(s: SampleView, _ctx: Context) -> Sequence[RuleFinding]:
     t = s.token_ids
     name = s.layout.ids_key
     if t is None:
-        if any(f.entry != "loss_mask" for f in s.faults):
+        if any(layout_fault(f) for f in s.faults):
             return ()  # the layout finding already names the missing key
         return [RuleFinding(f"{name} is not a tensor")]
     if len(t.shape) != 1 or t.shape[0] == 0 or t.dtype not in INTEGERS:
@@ -167,7 +168,7 @@ TOKEN_IDS = Rule(
 
 
 def _mask_entry(fault: ReadSubject, _ctx: Context) -> Sequence[RuleFinding]:
-    if not isinstance(fault, EntryFault) or fault.entry != "loss_mask":
+    if not isinstance(fault, EntryFault) or layout_fault(fault):
         return ()
     return [RuleFinding(fault.message, fault.fix)]
 

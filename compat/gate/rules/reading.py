@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compat.gate.read.views import FailureKind, ReadFailure
+from compat.gate.read.views import EntryFault, FailureKind, ReadFailure
 from compat.gate.rules.rule import Context, Phase, ReadSubject, Rule, RuleFinding, ValueSubject
 
 
@@ -30,6 +30,11 @@ READABLE = Rule(
     Phase.READ, _unreadable_file, structural=True, also={Phase.VALUES: _unreadable_values})
 
 
+def layout_fault(fault: EntryFault) -> bool:
+    """A fault of any entry but the loss mask (whose faults the loss_mask rule reports) is a layout finding."""
+    return fault.entry != "loss_mask"
+
+
 def _layout(subject: ReadSubject, _ctx: Context) -> Sequence[RuleFinding]:
     if isinstance(subject, ReadFailure):
         if subject.kind is not FailureKind.LAYOUT_MISMATCH:
@@ -37,9 +42,7 @@ def _layout(subject: ReadSubject, _ctx: Context) -> Sequence[RuleFinding]:
         return [RuleFinding(f"{subject.message} [{subject.error_type}]",
                             "pass the right --layout, or re-extract with a supported writer",
                             found=subject.error_type, traceback=subject.traceback)]
-    if subject.entry == "loss_mask":
-        return ()  # the loss_mask rule's
-    return [RuleFinding(subject.message, subject.fix)]
+    return [RuleFinding(subject.message, subject.fix)] if layout_fault(subject) else ()
 
 
 LAYOUT = Rule(
