@@ -17,7 +17,7 @@ sample, smallest per-token cosine) and with every other state, so a mismatch can
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +107,30 @@ class HFReference:
 
 
 @dataclass(frozen=True)
+class LayerMatch:
+    """One stored layer against the reference: its state's errors, and the state it is closest to."""
+
+    slot: int
+    layer_id: int | None
+    state: int | str | None
+    """The state it should be (from its layer id), else the closest one."""
+    rel: float
+    min_cos: float
+    max_rel: float
+    required_cos: float
+    best_state: int | str | None
+    best_rel: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Comparison:
     """One sample's stored layers against the reference's states."""
 
     view: SampleView
+    tokens: int
     numbering: str
     """output, input, or infer (no layer ids: each layer matched to its closest state)."""
     n_layers: int
@@ -118,10 +138,14 @@ class Comparison:
     tolerance: Tolerance
     expected_states: list[int] | None
     """The state each layer should be, from its layer id and the numbering; None when inferred."""
-    rows: list[dict[str, Any]]
-    """Per stored layer: slot, layer_id, state, rel, min_cos, max_rel, required_cos, best_state, best_rel."""
-    entry: dict[str, Any]
-    """The sample's entry in the report's ``reference.samples``."""
+    layers: list[LayerMatch]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The sample's entry in the report's ``reference.samples``."""
+        view = self.view
+        return {"sample": f"{view.file}" + (f"#{view.index}" if view.index is not None else ""),
+                "tokens": self.tokens, "numbering": self.numbering, "dtype": view.layers[0].dtype,
+                "layers": [m.as_dict() for m in self.layers]}
 
 
 @dataclass(frozen=True)
@@ -197,7 +221,7 @@ def recompute(options: GateOptions, exp: Expectations, candidates: list[SampleVi
         except Exception as exc:  # noqa: BLE001 - one sample failing to run is a finding, the others still run
             comparisons.append(ComparisonError(view, str(exc), type(exc).__name__, traceback.format_exc()))
     report = {"model": str(options.reference), "numbering": "; ".join(sorted(numberings)) or "no sample was compared",
-              "samples": [c.entry for c in comparisons if isinstance(c, Comparison)]}
+              "samples": [c.as_dict() for c in comparisons if isinstance(c, Comparison)]}
     return ReferenceRun(report, comparisons)
 
 
@@ -210,15 +234,12 @@ def _compare_sample(ref: HFReference, view: SampleView, exp: Expectations, numbe
     tol = tolerance(view.layers[0].dtype, model_type, options.max_rel, options.min_cos)
     wanted = _expected_states(view, exp, numbering)
     layer_ids = exp.stored_layer_ids(view)
-    rows = []
+    matches = []
     for slot, x in enumerate(stored):
         scores = {j: _compare(x, s) for j, s in states.items() if s.shape == x.shape}
         best = min(scores, key=lambda j: scores[j][0]) if scores else None
         target = wanted[slot] if wanted is not None else best
         rel, cos = scores.get(target, (float("inf"), -1.0))
-        rows.append({"slot": slot, "layer_id": layer_ids[slot] if layer_ids and wanted is not None else None,
-                     "state": target, "rel": rel, "min_cos": cos, "max_rel": tol.max_rel, "required_cos": tol.min_cos,
-                     "best_state": best, "best_rel": scores[best][0] if best is not None else None})
-    entry = {"sample": f"{view.file}" + (f"#{view.index}" if view.index is not None else ""),
-             "tokens": int(ids.numel()), "numbering": numbering, "dtype": view.layers[0].dtype, "layers": rows}
-    return Comparison(view, numbering, n_layers, tol, wanted, rows, entry)
+        matches.append(LayerMatch(slot, layer_ids[slot] if layer_ids and wanted is not None else None, target, rel,
+                                  cos, tol.max_rel, tol.min_cos, best, scores[best][0] if best is not None else None))
+    return Comparison(view, int(ids.numel()), numbering, n_layers, tol, wanted, matches)

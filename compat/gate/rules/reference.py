@@ -13,35 +13,34 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
     if isinstance(c, ComparisonError):
         return [RuleFinding(f"reference check could not run: {c.error_type}: {c.message}", status=Status.ERROR,
                             found=c.error_type, traceback=c.traceback)]
-    tol, rows = c.tolerance, c.rows
+    tol, layers = c.tolerance, c.layers
     problems = []
-    for row in rows:
-        rel, cos, target, best = row["rel"], row["min_cos"], row["state"], row["best_state"]
-        if rel > tol.max_rel or cos < tol.min_cos:
-            msg = (f"{c.view.layers[row['slot']].name}: relative error {rel:.3g} (max {tol.max_rel:g}), min cosine "
-                   f"{cos:.4f} (min {tol.min_cos:g}) against "
-                   f"{state_name(target, c.n_layers) if target is not None else '-'}")
-            if best is not None and best != target and row["best_rel"] <= tol.max_rel:
-                msg += f"; it matches {state_name(best, c.n_layers)} (relative error {row['best_rel']:.3g})"
+    for m in layers:
+        if m.rel > tol.max_rel or m.min_cos < tol.min_cos:
+            msg = (f"{c.view.layers[m.slot].name}: relative error {m.rel:.3g} (max {tol.max_rel:g}), min cosine "
+                   f"{m.min_cos:.4f} (min {tol.min_cos:g}) against "
+                   f"{state_name(m.state, c.n_layers) if m.state is not None else '-'}")
+            if m.best_state is not None and m.best_state != m.state and m.best_rel <= tol.max_rel:
+                msg += f"; it matches {state_name(m.best_state, c.n_layers)} (relative error {m.best_rel:.3g})"
             problems.append(msg)
     if c.expected_states is None and not problems:
-        order = [r["state"] for r in rows if isinstance(r["state"], int)]
+        order = [m.state for m in layers if isinstance(m.state, int)]
         if order != sorted(order) or len(set(order)) != len(order):
             problems.append(f"stored layers match residual-stream states {order}: not in increasing depth")
-    matched = ", ".join(str(r["state"]) for r in rows)
+    matched = ", ".join(str(m.state) for m in layers)
     if problems:
         hint = ""
         if c.expected_states is not None and all(
-                r["best_state"] is not None and isinstance(r["state"], int)
-                and r["best_state"] == r["state"] + (1 if c.numbering == "input" else -1) for r in rows):
+                m.best_state is not None and isinstance(m.state, int)
+                and m.best_state == m.state + (1 if c.numbering == "input" else -1) for m in layers):
             other = "output" if c.numbering == "input" else "input"
             hint = f" All layers are off by one: the file follows --layer-numbering {other}."
-        return [RuleFinding(f"{len(problems)} of {len(rows)} layers differ from HF transformers: "
+        return [RuleFinding(f"{len(problems)} of {len(layers)} layers differ from HF transformers: "
                             + "; ".join(problems) + hint,
                             "check the layer ids and numbering convention, the slicing, and the model weights",
-                            expected=f"states {[r['state'] for r in rows]}", found=matched)]
-    worst = max(r["rel"] for r in rows)
-    return [RuleFinding(f"{len(rows)} layers match HF transformers (states {matched}; worst relative error "
+                            expected=f"states {[m.state for m in layers]}", found=matched)]
+    worst = max(m.rel for m in layers)
+    return [RuleFinding(f"{len(layers)} layers match HF transformers (states {matched}; worst relative error "
                         f"{worst:.2g}, tolerance {tol.max_rel:g})", status=Status.OK)]
 
 
