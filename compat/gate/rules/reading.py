@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from compat.gate.read.views import EntryFault, FailureKind, ReadFailure
 from compat.gate.rules.rule import Context, Phase, ReadSubject, Rule, RuleFinding, ValueSubject
 
+_REREAD = "re-extract this sample; the file is damaged or was never completely written"
+
 
 def _unreadable_file(subject: ReadSubject, _ctx: Context) -> Sequence[RuleFinding]:
     if not isinstance(subject, ReadFailure) or subject.kind is not FailureKind.UNREADABLE:
@@ -21,8 +23,6 @@ def _unreadable_values(subject: ValueSubject, _ctx: Context) -> Sequence[RuleFin
     return [RuleFinding(f"reading tensor values failed: {subject.error_type}: {subject.message}", _REREAD,
                         found=subject.error_type, traceback=subject.traceback)]
 
-
-_REREAD = "re-extract this sample; the file is damaged or was never completely written"
 
 READABLE = Rule(
     "readable", "the file opens and parses: a safetensors header consistent with the file's size, or "
