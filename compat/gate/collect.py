@@ -16,14 +16,14 @@ Found = dict[Key, list[tuple[str, RuleFinding]]]
 """Per file or sample, (rule name, finding) in the order the rules ran."""
 
 
-def where(root: Path, sample_file: str, index: int | None) -> tuple[str, str]:
+def where(root: Path | str, sample_file: str, index: int | None) -> tuple[str, str]:
     """A finding's symbol (``file#i``) and location (``file:i``), relative to ``root``."""
     prefix = str(root).rstrip(os.sep) + os.sep
     rel = sample_file[len(prefix):] if sample_file.startswith(prefix) else sample_file
     return (rel, rel) if index is None else (f"{rel}#{index}", f"{rel}:{index}")
 
 
-def _finding(root: Path, key: Key, rule: str, f: RuleFinding) -> Finding:
+def _finding(root: str, key: Key, rule: str, f: RuleFinding) -> Finding:
     symbol, location = where(root, *key)
     extra = tuple((k, x) for k, x in (("expected", f.expected), ("found", f.found)) if x is not None)
     return Finding(rule, f.status, symbol, location, None, f.message, Evidence(traceback=f.traceback, extra=extra),
@@ -33,11 +33,12 @@ def _finding(root: Path, key: Key, rule: str, f: RuleFinding) -> Finding:
 def collect(views: list[FileView], found: Found, ignore: frozenset[str], root: Path) -> list[Finding]:
     """Every file's findings, the file's own first, then each sample's of a list file."""
     findings: list[Finding] = []
+    top = str(root)  # a str: where() would convert a Path for every finding
     for view in views:
         keys = [(view.path, None)] + [(view.path, s.index) for s in view.samples if s.index is not None]
-        shown = [_finding(root, key, rule, f) for key in keys for rule, f in found.get(key, ()) if rule not in ignore]
+        shown = [_finding(top, key, rule, f) for key in keys for rule, f in found.get(key, ()) if rule not in ignore]
         if not any(f.status is not Status.OK for f in shown):
-            shown.append(_finding(root, (view.path, None), "file", RuleFinding(_ok_message(view), status=Status.OK)))
+            shown.append(_finding(top, (view.path, None), "file", RuleFinding(_ok_message(view), status=Status.OK)))
         findings += shown
     return findings
 

@@ -34,7 +34,8 @@ from compat.gate.rules.values import NONFINITE_POLICIES
 from compat.gate.value_stats import FileValues, scan_file
 
 Progress = Callable[[int, int], None]
-Subjects = Iterable[tuple[Key, Any, Context]]
+Subjects = Iterable[tuple[str, int | None, Any, Context]]
+"""What a phase's checks look at: (file, sample index or None, subject, context)."""
 
 
 def run_gate(options: GateOptions, progress: Progress | None = None) -> GateResult:
@@ -63,12 +64,15 @@ def _judge(phase: Phase, subjects: Subjects, found: Found) -> list[Key]:
     """Run ``phase``'s checks over its subjects into ``found``; the samples a finding asks to skip."""
     phase_checks = checks(phase)
     skip: list[Key] = []
-    for key, subject, ctx in subjects:
+    for file, index, subject, ctx in subjects:
         for rule, check in phase_checks:
-            for f in check(subject, ctx):
-                found.setdefault(key, []).append((rule, f))
-                if f.skip_sample:
-                    skip.append(key)
+            findings = check(subject, ctx)
+            if findings:  # most checks find nothing: no key, no list
+                key = (file, index)
+                for f in findings:
+                    found.setdefault(key, []).append((rule, f))
+                    if f.skip_sample:
+                        skip.append(key)
     return skip
 
 
@@ -76,10 +80,10 @@ def _read_subjects(views: list[FileView], base: Context, contexts: dict[Layout, 
     """Phase.READ: each file that could not be read, each fault found in a sample."""
     for view in views:
         if view.failure is not None:
-            yield (view.path, None), view.failure, base
+            yield view.path, None, view.failure, base
         for s in view.samples:
             for fault in s.faults:
-                yield (s.file, s.index), fault, contexts[s.layout]
+                yield s.file, s.index, fault, contexts[s.layout]
 
 
 def _value_subjects(scanned: list[tuple[str, FileValues]], base: Context,
@@ -87,9 +91,9 @@ def _value_subjects(scanned: list[tuple[str, FileValues]], base: Context,
     """Phase.VALUES: each measured sample, then its file's failure to read values, if any."""
     for path, values in scanned:
         for v in values.samples:
-            yield (v.view.file, v.view.index), v, contexts[v.view.layout]
+            yield v.view.file, v.view.index, v, contexts[v.view.layout]
         if values.failure is not None:
-            yield (path, None), values.failure, base
+            yield path, None, values.failure, base
 
 
 def _read(files: list[str], options: GateOptions, exp: expect.Expectations,
@@ -128,7 +132,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     base = Context(exp, options)
     found: Found = {}
     _judge(Phase.READ, _read_subjects(views, base, contexts), found)
-    _judge(Phase.HEADER, (((s.file, s.index), s, contexts[s.layout]) for s in samples), found)
+    _judge(Phase.HEADER, ((s.file, s.index, s, contexts[s.layout]) for s in samples), found)
     skipped = _judge(Phase.VALUES, _value_subjects(scanned, base, contexts), found)
     layouts = Counter(v.samples[0].layout for v in views if v.samples)
     shown_layout = layouts.most_common(1)[0][0] if layouts else None
@@ -143,8 +147,8 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
                       and (s.file, None) not in failed]
         run = recompute(options, exp, candidates)
         reference = run.report
-        _judge(Phase.REFERENCE, (((c.view.file, c.view.index), c, contexts[c.view.layout])
-                                 for c in run.comparisons), found)
+        _judge(Phase.REFERENCE, ((c.view.file, c.view.index, c, contexts[c.view.layout]) for c in run.comparisons),
+               found)
     findings = collect(views, found, options.ignore, root)
     summary = GateSummary(
         files=len(views), samples=len(samples), tokens=sum(s.tokens or 0 for s in samples),
