@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from compat.gate.progress import ProgressBar
-from compat.gate.rules import RULES
+from compat.gate.rules import RULES, STRUCTURAL
 
 from .conftest import ROOT
 from .gate_files import layered, write_speculators, write_vllm
@@ -120,6 +120,11 @@ def test_list_rules_names_every_rule():
     proc = gate("--list-rules")
     assert proc.returncode == 0
     assert [line.split()[0] for line in proc.stdout.splitlines()] == list(RULES)
+
+
+def test_rule_values_give_the_names_and_the_structural_set():
+    assert all(name == rule.name and rule.description and rule.check for name, rule in RULES.items())
+    assert STRUCTURAL == {"readable", "layout", "token_ids", "seq_len", "layer_shape"}  # what --reference skips
 
 
 def test_torch_layout_through_the_cli(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from compat.errors import CompatError
 from compat.gate import GateOptions, Layout, read_file, run_gate
 from compat.gate.expect import read_model_config
-from compat.gate.safetensors_header import HeaderError, read_header
+from compat.gate.read.safetensors_header import HeaderError, read_header
 
 from .gate_files import layered, write_data_config, write_eagle, write_speculators, write_vllm
 
@@ -231,7 +231,7 @@ def test_empty_directory_and_missing_path_are_bad_input(tmp_path):
 
 
 def test_torch_structure_reader_agrees_with_torch_load(tmp_path):
-    from compat.gate.torch_header import NotPlain, TensorStub, read_structure
+    from compat.gate.read.torch_header import NotPlain, TensorStub, read_structure
 
     base = torch.randn(40, H)
     obj = {"input_ids": torch.arange(7), "hidden_states": [base[3:10], base[10:17].t(), base[::2][:7]],

@@ -9,7 +9,7 @@ import pytest
 
 from compat.findings import Status
 from compat.gate import GateOptions, run_gate
-from compat.gate.reference import tolerance
+from compat.gate.recompute import tolerance
 from compat.models import build
 
 from .gate_files import write_data_config, write_eagle, write_speculators

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from compat.cli import emit, guarded
 from compat.errors import CompatError
-from compat.gate.layouts import Layout
-from compat.gate.reference import NUMBERINGS
+from compat.gate.options import GateOptions
+from compat.gate.read.layouts import Layout
+from compat.gate.recompute import NUMBERINGS
 from compat.gate.rules import RULES
-from compat.gate.runner import GateOptions, run_gate
-from compat.gate.values import NONFINITE_POLICIES
+from compat.gate.rules.values import NONFINITE_POLICIES
+from compat.gate.runner import run_gate
 from compat.report import Format
 
 
@@ -100,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 def _gate(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     if args.list_rules:
-        for name, text in RULES.items():
-            print(f"{name:16} {text}")
+        for rule in RULES.values():
+            print(f"{rule.name:16} {rule.description}")
         return 0
     fmt = Format(_choice(args.format, [f.value for f in Format], "--format"))
     _choice(args.color, ["auto", "always", "never"], "--color")

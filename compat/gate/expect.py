@@ -2,18 +2,20 @@
 
 Sources, strongest first: command-line flags; the model's ``config.json`` (``--model``, else
 ``--reference``); speculators' ``data_config.json`` beside the files. What none of them states is taken
-from the dataset itself (what most samples have) when the rules run.
+from the dataset itself (what most samples of a layout have: ``fill_from_dataset``) before the rules run.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from compat.errors import CompatError
-from compat.gate.tensors import canonical_dtype
+from compat.gate.read.tensors import canonical_dtype
+from compat.gate.read.views import SampleView
 
 T = TypeVar("T")
 
@@ -37,7 +39,6 @@ class ModelInfo:
     num_layers: int | None
     dtype: str | None
     vocab_size: int | None
-    model_type: str | None
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,14 @@ class Expectations:
     layers: Expected[int] | None = None
     layer_ids: Expected[tuple[int, ...]] | None = None
     vocab_size: Expected[int] | None = None
-    model: ModelInfo | None = None
+
+    def stored_layer_ids(self, view: SampleView) -> tuple[int, ...] | None:
+        """The expected layer ids in the order ``view`` stores its layers (vLLM: ascending, whatever order was
+        asked); None when no ids are known or their count is not the sample's."""
+        if self.layer_ids is None or len(self.layer_ids.value) != len(view.layers):
+            return None
+        ids = self.layer_ids.value
+        return tuple(sorted(ids)) if view.layout.sorts_layers else ids
 
     def as_dict(self) -> dict[str, Any]:
         out = {}
@@ -89,7 +97,7 @@ def read_model_config(path: Path) -> ModelInfo:
     except CompatError as exc:
         raise CompatError(f"--model {config}: {exc}") from exc
     return ModelInfo(config, pick("hidden_size"), pick("num_hidden_layers", "n_layers"), dtype,
-                     pick("vocab_size"), pick("model_type"))
+                     pick("vocab_size"))
 
 
 @dataclass(frozen=True)
@@ -99,7 +107,6 @@ class DataConfig:
     path: Path
     layer_ids: tuple[int, ...] | None
     hidden_size: int | None
-    target_model: str | None
 
 
 def read_data_config(path: Path) -> DataConfig:
@@ -107,8 +114,7 @@ def read_data_config(path: Path) -> DataConfig:
         data = json.loads(path.read_text())
         layer_ids = data.get("hidden_states", {}).get("layer_ids")
         model = data.get("model", {})
-        return DataConfig(path, tuple(int(i) for i in layer_ids) if layer_ids else None, model.get("hidden_size"),
-                          model.get("target_model_path"))
+        return DataConfig(path, tuple(int(i) for i in layer_ids) if layer_ids else None, model.get("hidden_size"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
         raise CompatError(f"{path}: unreadable speculators data_config.json ({type(exc).__name__}: {exc})") from exc
 
@@ -117,7 +123,7 @@ def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: i
           layer_ids: tuple[int, ...] | None = None, model: ModelInfo | None = None,
           data_config: DataConfig | None = None) -> Expectations:
     """Combine flags, model config and data_config.json; conflicting flags raise CompatError."""
-    out: dict[str, Any] = {"model": model}
+    out: dict[str, Any] = {}
     if hidden_size is not None:
         out["hidden_size"] = Expected(hidden_size, "--hidden-size")
     elif model is not None and model.hidden_size:
@@ -147,3 +153,23 @@ def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: i
             raise CompatError(f"layer ids {bad} ({out['layer_ids'].source}) are outside the model's "
                               f"{model.num_layers} decoder layers")
     return Expectations(**out)
+
+
+def _majority(values: list, label: str) -> Expected | None:
+    if not values:
+        return None
+    value, n = Counter(values).most_common(1)[0]
+    return Expected(value, f"what {n} of {len(values)} samples have; no {label} was given")
+
+
+def fill_from_dataset(exp: Expectations, samples: list[SampleView]) -> Expectations:
+    """Expectations nobody stated are taken from the dataset's majority, so outliers still stand out."""
+    sound = [s for s in samples if s.layers and all(len(t.shape) == 2 for t in s.layers)]
+    changes = {}
+    if exp.layers is None:
+        changes["layers"] = _majority([len(s.layers) for s in samples if s.layers], "--layers")
+    if exp.hidden_size is None:
+        changes["hidden_size"] = _majority([s.layers[0].shape[-1] for s in sound], "--hidden-size or --model")
+    if exp.dtype is None:
+        changes["dtype"] = _majority([s.layers[0].dtype for s in sound], "--dtype or --model")
+    return replace(exp, **{k: v for k, v in changes.items() if v is not None})

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from math import prod
 
-from compat.gate.tensors import ITEMSIZE
+from compat.gate.read.tensors import ITEMSIZE
 
 # torch's typed-storage class names (what torch.save pickles) -> dtype names.
 _STORAGES = {
@@ -34,7 +34,7 @@ class NotPlain(Exception):
 
 @dataclass(frozen=True, slots=True)
 class TensorStub:
-    """Stands for a tensor: what ``layouts`` reads of one (``shape``, ``dtype``)."""
+    """Stands for a tensor: what ``samples`` reads of one (``shape``, ``dtype``)."""
 
     dtype: str
     shape: tuple[int, ...]

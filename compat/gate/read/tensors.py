@@ -1,4 +1,4 @@
-"""What the gate knows of a stored tensor without its data: name, dtype, shape; dtype spellings."""
+"""What the gate knows of a stored tensor without its data: entry, part, dtype, shape; dtype spellings."""
 
 from __future__ import annotations
 
@@ -38,11 +38,31 @@ def canonical_dtype(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TensorInfo:
-    """A tensor as its file describes it; ``nbytes`` is what its data occupies on disk."""
+    """A stored tensor, or the part of one that holds a layer, as its file describes it.
 
-    name: str
+    ``key`` is the entry in the file; ``item`` or ``columns`` say which part of it this is, as data (the
+    value reader slices by them; ``name`` only shows them). ``nbytes`` is what the data occupies on disk.
+    """
+
+    key: str
     dtype: str
     shape: tuple[int, ...]
+    item: int | None = None
+    """``key[item]``: an element of a stored list of tensors (speculators' per-layer list)."""
+    columns: int | tuple[int, int] | None = None
+    """``key[:, i]`` (one layer of vLLM's stacked ``[T, n_layers, H]``) or ``key[:, start:stop]`` (one of
+    EAGLE-3's layers stored side by side in ``[T, n * H]``)."""
+
+    @property
+    def name(self) -> str:
+        """How messages name it: ``hidden_states[2]``, ``hidden_states[:, 1]``, ``hidden_state[:, 0:64]``."""
+        if self.item is not None:
+            return f"{self.key}[{self.item}]"
+        if isinstance(self.columns, int):
+            return f"{self.key}[:, {self.columns}]"
+        if self.columns is not None:
+            return f"{self.key}[:, {self.columns[0]}:{self.columns[1]}]"
+        return self.key
 
     @property
     def numel(self) -> int:
@@ -51,9 +71,6 @@ class TensorInfo:
     @property
     def nbytes(self) -> int:
         return self.numel * ITEMSIZE.get(self.dtype, 0)
-
-    def describe(self) -> str:
-        return f"{self.name} {list(self.shape)} {self.dtype}"
 
 
 def shape_text(shape: tuple[int | str, ...]) -> str:

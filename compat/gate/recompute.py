@@ -1,4 +1,5 @@
-"""``--reference MODEL_DIR``: recompute a few samples with HF transformers and compare every stored layer.
+"""``--reference MODEL_DIR``: recompute a few samples with HF transformers and compare every stored layer with
+every residual-stream state (the ``reference`` rule, ``compat.gate.rules.reference``, judges the comparisons).
 
 Layer numbering, stated because the two pipelines differ by one:
 
@@ -10,22 +11,22 @@ as states ``s_0`` (embeddings, entering layer 0) .. ``s_n`` (output of the last 
 norm): output numbering maps ``k`` to ``s_{k+1}``, input numbering to ``s_k``. HF's ``hidden_states[j]`` is
 ``s_j`` for ``j < n``; its last entry is after the final norm (EAGLE-1/2's ``hidden_state``), kept as the
 extra state ``final_norm``. Each stored layer is compared with its state (relative L2 error over the
-sample, smallest per-token cosine) and with every other state, so a mismatch says which state it does match.
+sample, smallest per-token cosine) and with every other state, so a mismatch can say which state it does match.
 """
 
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from compat.errors import CompatError
-from compat.findings import Status
 from compat.gate.expect import Expectations
-from compat.gate.layouts import Layout, SampleView
-from compat.gate.rules import Verdict
-from compat.gate.values import open_file
+from compat.gate.options import GateOptions
+from compat.gate.read.layouts import Layout
+from compat.gate.read.tensor_data import open_sample
+from compat.gate.read.views import SampleView
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,67 @@ class HFReference:
         return states
 
 
+@dataclass(frozen=True)
+class LayerMatch:
+    """One stored layer against the reference: its state's errors, and the state it is closest to."""
+
+    slot: int
+    layer_id: int | None
+    state: int | str | None
+    """The state it should be (from its layer id), else the closest one."""
+    rel: float
+    min_cos: float
+    max_rel: float
+    required_cos: float
+    best_state: int | str | None
+    best_rel: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One sample's stored layers against the reference's states."""
+
+    view: SampleView
+    tokens: int
+    numbering: str
+    """output, input, or infer (no layer ids: each layer matched to its closest state)."""
+    n_layers: int
+    """Decoder layers of the reference model (to name its states)."""
+    tolerance: Tolerance
+    expected_states: list[int] | None
+    """The state each layer should be, from its layer id and the numbering; None when inferred."""
+    layers: list[LayerMatch]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The sample's entry in the report's ``reference.samples``."""
+        view = self.view
+        return {"sample": f"{view.file}" + (f"#{view.index}" if view.index is not None else ""),
+                "tokens": self.tokens, "numbering": self.numbering, "dtype": view.layers[0].dtype,
+                "layers": [m.as_dict() for m in self.layers]}
+
+
+@dataclass(frozen=True)
+class ComparisonError:
+    """A sample the reference could not run on."""
+
+    view: SampleView
+    message: str
+    error_type: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    report: dict[str, Any]
+    """The JSON report's ``reference`` section: model, numbering, samples."""
+    comparisons: list[Comparison | ComparisonError]
+
+
 def _compare(stored, ref) -> tuple[float, float]:
+    """Relative L2 error over the sample, and the smallest per-token cosine."""
     import torch
 
     x, r = stored.float(), ref.float()
@@ -117,11 +178,9 @@ def _compare(stored, ref) -> tuple[float, float]:
 
 
 def _expected_states(view: SampleView, exp: Expectations, numbering: str) -> list[int] | None:
-    if exp.layer_ids is None or len(exp.layer_ids.value) != len(view.layers) or numbering == "infer":
+    ids = exp.stored_layer_ids(view)
+    if ids is None or numbering == "infer":
         return None
-    ids = list(exp.layer_ids.value)
-    if view.layout is Layout.VLLM_SAFETENSORS:
-        ids.sort()  # vLLM stores aux layers in ascending id order
     return [k + 1 if numbering == "output" else k for k in ids]
 
 
@@ -145,92 +204,42 @@ def _pick(candidates: list[SampleView], k: int) -> list[SampleView]:
     return [candidates[round(i * step)] for i in range(k)]
 
 
-def run_reference(options: Any, exp: Expectations, candidates: list[SampleView], verdicts: dict) -> dict:
-    """Compare up to ``options.reference_samples`` sound samples with HF; adds verdicts, returns the report."""
+def recompute(options: GateOptions, exp: Expectations, candidates: list[SampleView]) -> ReferenceRun:
+    """Compare up to ``options.reference_samples`` sound samples, spread over ``candidates``, with HF."""
     ref = HFReference(options.reference)
     n_layers = len(ref.layers)
     model_type = getattr(ref.model.config, "model_type", None)
-    report: dict[str, Any] = {"model": str(options.reference), "numbering": "", "samples": []}
+    comparisons: list[Comparison | ComparisonError] = []
     numberings = set()
     for view in _pick(candidates, options.reference_samples):
         numbering = resolve_numbering(options.layer_numbering, view.layout)
-        if exp.layer_ids is None or len(exp.layer_ids.value) != len(view.layers):
+        if exp.stored_layer_ids(view) is None:
             numbering = "infer"  # no ids to number: say which states the layers are, and check their order
         numberings.add(_NUMBERING_TEXT[numbering])
-        key = (view.file, view.index)
         try:
-            entry, verdict = _check_sample(ref, view, exp, numbering, n_layers, model_type, options)
+            comparisons.append(_compare_sample(ref, view, exp, numbering, n_layers, model_type, options))
         except Exception as exc:  # noqa: BLE001 - one sample failing to run is a finding, the others still run
-            verdicts.setdefault(key, []).append((Verdict(
-                "reference", f"reference check could not run: {type(exc).__name__}: {exc}", status=Status.ERROR,
-                found=type(exc).__name__), traceback.format_exc()))
-            continue
-        report["samples"].append(entry)
-        verdicts.setdefault(key, []).append((verdict, None))
-    report["numbering"] = "; ".join(sorted(numberings)) or "no sample was compared"
-    return report
+            comparisons.append(ComparisonError(view, str(exc), type(exc).__name__, traceback.format_exc()))
+    report = {"model": str(options.reference), "numbering": "; ".join(sorted(numberings)) or "no sample was compared",
+              "samples": [c.as_dict() for c in comparisons if isinstance(c, Comparison)]}
+    return ReferenceRun(report, comparisons)
 
 
-def _check_sample(ref: HFReference, view: SampleView, exp: Expectations, numbering: str, n_layers: int,
-                  model_type: str | None, options: Any) -> tuple[dict, Verdict]:
-    with open_file_sample(view) as st:
+def _compare_sample(ref: HFReference, view: SampleView, exp: Expectations, numbering: str, n_layers: int,
+                    model_type: str | None, options: GateOptions) -> Comparison:
+    with open_sample(view) as st:
         ids = st.token_ids()
         stored = [st.layer(i) for i in range(len(view.layers))]
     states = ref.states(ids)
     tol = tolerance(view.layers[0].dtype, model_type, options.max_rel, options.min_cos)
     wanted = _expected_states(view, exp, numbering)
-    ids_used = sorted(exp.layer_ids.value) if exp.layer_ids and view.layout is Layout.VLLM_SAFETENSORS else (
-        list(exp.layer_ids.value) if exp.layer_ids else None)
-    rows, problems = [], []
+    layer_ids = exp.stored_layer_ids(view)
+    matches = []
     for slot, x in enumerate(stored):
         scores = {j: _compare(x, s) for j, s in states.items() if s.shape == x.shape}
         best = min(scores, key=lambda j: scores[j][0]) if scores else None
         target = wanted[slot] if wanted is not None else best
         rel, cos = scores.get(target, (float("inf"), -1.0))
-        row = {"slot": slot, "layer_id": ids_used[slot] if ids_used and wanted is not None else None,
-               "state": target, "rel": rel, "min_cos": cos, "max_rel": tol.max_rel, "required_cos": tol.min_cos,
-               "best_state": best, "best_rel": scores[best][0] if best is not None else None}
-        rows.append(row)
-        if rel > tol.max_rel or cos < tol.min_cos:
-            msg = (f"{view.layers[slot].name}: relative error {rel:.3g} (max {tol.max_rel:g}), min cosine {cos:.4f} "
-                   f"(min {tol.min_cos:g}) against {state_name(target, n_layers) if target is not None else '-'}")
-            if best is not None and best != target and scores[best][0] <= tol.max_rel:
-                msg += f"; it matches {state_name(best, n_layers)} (relative error {scores[best][0]:.3g})"
-            problems.append(msg)
-    if wanted is None and not problems:
-        order = [r["state"] for r in rows if isinstance(r["state"], int)]
-        if order != sorted(order) or len(set(order)) != len(order):
-            problems.append(f"stored layers match residual-stream states {order}: not in increasing depth")
-    entry = {"sample": f"{view.file}" + (f"#{view.index}" if view.index is not None else ""),
-             "tokens": int(ids.numel()), "numbering": numbering, "dtype": view.layers[0].dtype, "layers": rows}
-    matched = ", ".join(str(r["state"]) for r in rows)
-    if problems:
-        hint = ""
-        if wanted is not None and all(r["best_state"] is not None and isinstance(r["state"], int)
-                                      and r["best_state"] == r["state"] + (1 if numbering == "input" else -1)
-                                      for r in rows):
-            other = "output" if numbering == "input" else "input"
-            hint = f" All layers are off by one: the file follows --layer-numbering {other}."
-        return entry, Verdict("reference", f"{len(problems)} of {len(rows)} layers differ from HF transformers: "
-                              + "; ".join(problems) + hint,
-                              "check the layer ids and numbering convention, the slicing, and the model weights",
-                              expected=f"states {[r['state'] for r in rows]}", found=matched)
-    worst = max(r["rel"] for r in rows)
-    return entry, Verdict("reference", f"{len(rows)} layers match HF transformers (states {matched}; worst relative "
-                          f"error {worst:.2g}, tolerance {tol.max_rel:g})", status=Status.OK)
-
-
-def open_file_sample(view: SampleView):
-    """``open_file`` for the one file holding ``view``, yielding that sample's tensors."""
-    from contextlib import contextmanager
-
-    from compat.gate.layouts import read_file
-
-    @contextmanager
-    def opened():
-        file = read_file(view.file, view.layout, view.layers[0].shape[-1] if view.layers else None,
-                         len(view.layers))
-        with open_file(file) as samples:
-            yield next(s for s in samples if s.view.index == view.index)
-
-    return opened()
+        matches.append(LayerMatch(slot, layer_ids[slot] if layer_ids and wanted is not None else None, target, rel,
+                                  cos, tol.max_rel, tol.min_cos, best, scores[best][0] if best is not None else None))
+    return Comparison(view, int(ids.numel()), numbering, n_layers, tol, wanted, matches)

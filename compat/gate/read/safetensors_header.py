@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from math import prod
 
-from compat.gate.tensors import ITEMSIZE, SAFETENSORS_DTYPES, TensorInfo
+from compat.gate.read.tensors import ITEMSIZE, SAFETENSORS_DTYPES, TensorInfo
 
 MAX_HEADER = 100_000_000
 """The safetensors library refuses larger headers; so does the gate."""
@@ -26,10 +26,7 @@ class HeaderError(Exception):
 @dataclass(frozen=True, slots=True)
 class SafetensorsHeader:
     tensors: dict[str, TensorInfo]
-    metadata: dict[str, str] | None
     file_size: int
-    data_start: int
-    """Byte offset of the data section (8 + header length)."""
 
 
 def read_header(path: str | os.PathLike) -> SafetensorsHeader:
@@ -60,7 +57,7 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
         raise HeaderError(f"header (bytes 8..{8 + length}) is not valid JSON: {type(exc).__name__}: {exc}") from exc
     if not isinstance(header, dict):
         raise HeaderError(f"header is a JSON {type(header).__name__}, not an object")
-    metadata = header.pop("__metadata__", None)
+    header.pop("__metadata__", None)
     body = size - 8 - length
     tensors: dict[str, TensorInfo] = {}
     last_end = 0
@@ -88,4 +85,4 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
     if last_end != body:
         raise HeaderError(f"{body - last_end} bytes follow the last tensor (ends at byte {8 + length + last_end} of "
                           f"{size}): the safetensors library refuses such files")
-    return SafetensorsHeader(tensors, metadata, size, 8 + length)
+    return SafetensorsHeader(tensors, size)

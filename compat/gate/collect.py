@@ -1,0 +1,52 @@
+"""What the rules found, placed in files and samples and made into ``compat.findings.Finding``s, file by file:
+``--ignore``d rules left out, and one ``ok`` finding (probe ``file``) for a file nothing failed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from compat.findings import Evidence, Finding, Status
+from compat.gate.read.views import FileView
+from compat.gate.rules.rule import RuleFinding
+
+Key = tuple[str, int | None]
+"""A file (index None) or a sample of a list file (its index)."""
+Found = dict[Key, list[tuple[str, RuleFinding]]]
+"""Per file or sample, (rule name, finding) in the order the rules ran."""
+
+
+def where(root: Path | str, sample_file: str, index: int | None) -> tuple[str, str]:
+    """A finding's symbol (``file#i``) and location (``file:i``), relative to ``root``."""
+    prefix = str(root).rstrip(os.sep) + os.sep
+    rel = sample_file[len(prefix):] if sample_file.startswith(prefix) else sample_file
+    return (rel, rel) if index is None else (f"{rel}#{index}", f"{rel}:{index}")
+
+
+def _finding(root: str, key: Key, rule: str, f: RuleFinding) -> Finding:
+    symbol, location = where(root, *key)
+    extra = tuple((k, x) for k, x in (("expected", f.expected), ("found", f.found)) if x is not None)
+    return Finding(rule, f.status, symbol, location, None, f.message, Evidence(traceback=f.traceback, extra=extra),
+                   fix=f.fix, allowed=f.allowed)
+
+
+def collect(views: list[FileView], found: Found, ignore: frozenset[str], root: Path) -> list[Finding]:
+    """Every file's findings, the file's own first, then each sample's of a list file."""
+    findings: list[Finding] = []
+    top = str(root)  # a str: where() would convert a Path for every finding
+    for view in views:
+        keys = [(view.path, None)] + [(view.path, s.index) for s in view.samples if s.index is not None]
+        shown = [_finding(top, key, rule, f) for key in keys for rule, f in found.get(key, ()) if rule not in ignore]
+        if not any(f.status is not Status.OK for f in shown):
+            shown.append(_finding(top, (view.path, None), "file", RuleFinding(_ok_message(view), status=Status.OK)))
+        findings += shown
+    return findings
+
+
+def _ok_message(view: FileView) -> str:
+    s = view.samples[0]
+    layer = s.layers[0] if s.layers else None
+    shape = f"[T, {layer.shape[-1]}] {layer.dtype}" if layer is not None else "-"
+    tokens = sum(x.tokens or 0 for x in view.samples)
+    return (f"{s.layout.value}: {len(view.samples)} sample(s), {tokens} tokens, {len(s.layers)} layers of {shape}; "
+            "every rule passed")

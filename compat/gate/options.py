@@ -1,0 +1,36 @@
+"""``GateOptions``: what one gate run is asked to do (``python -m compat.gate`` flags, or built in Python)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compat.gate.read.layouts import Layout
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    paths: tuple[Path, ...]
+    layout: Layout | None = None
+    model: Path | None = None
+    hidden_size: int | None = None
+    dtype: str | None = None
+    layers: int | None = None
+    layer_ids: tuple[int, ...] | None = None
+    values: bool = False
+    nonfinite: str = "fail"
+    reference: Path | None = None
+    reference_samples: int = 4
+    layer_numbering: str = "auto"
+    max_rel: float | None = None
+    min_cos: float | None = None
+    ignore: frozenset[str] = field(default_factory=frozenset)
+    strict: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report's ``options`` (schema ``compat.gate/1``)."""
+        return {"layout": self.layout.value if self.layout else "auto", "values": self.values,
+                "nonfinite": self.nonfinite, "reference": str(self.reference) if self.reference else None,
+                "reference_samples": self.reference_samples, "layer_numbering": self.layer_numbering,
+                "ignore": sorted(self.ignore), "strict": self.strict}

@@ -1,0 +1,81 @@
+"""Read one data file's header (or pickle skeleton) into a ``FileView``, by its suffix; never raises for a bad
+file: what cannot be read becomes the view's ``ReadFailure``."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+from compat.gate.read.layouts import Layout
+from compat.gate.read.safetensors_header import HeaderError, read_header
+from compat.gate.read.samples import LayoutMismatch, missing_tensors_sample, sample_from_object, stacked_sample
+from compat.gate.read.torch_load import FormatError, load_error, load_structure
+from compat.gate.read.views import FailureKind, FileView, ReadFailure
+
+TORCH_SUFFIXES = frozenset({".pt", ".pth", ".ckpt"})
+DATA_SUFFIXES = TORCH_SUFFIXES | {".safetensors"}
+
+
+def read_file(path: str, forced: Layout | None = None, hidden_size: int | None = None,
+              layers: int | None = None) -> FileView:
+    """Read ``path``'s header (or pickle skeleton) into a FileView; never raises for a bad file.
+
+    ``hidden_size`` and ``layers`` (expected values, if known) only disambiguate EAGLE-3's concatenated layers.
+    """
+    if path.endswith(".safetensors"):
+        return read_safetensors(path, forced)
+    return read_torch(path, forced, hidden_size, layers)
+
+
+def _unreadable(message: str, error_type: str, tb: str | None = None) -> ReadFailure:
+    return ReadFailure(FailureKind.UNREADABLE, message, error_type, tb)
+
+
+def _cannot_open(exc: OSError) -> ReadFailure:
+    return _unreadable(f"cannot open: {exc.strerror or exc}", type(exc).__name__)
+
+
+def read_safetensors(path: str, forced: Layout | None) -> FileView:
+    try:
+        header = read_header(path)
+    except HeaderError as exc:
+        return FileView(path, file_size(path), failure=_unreadable(str(exc), type(exc).__name__))
+    except OSError as exc:
+        return FileView(path, file_size(path), failure=_cannot_open(exc))
+    tensors = header.tensors
+    layout = forced or Layout.VLLM_SAFETENSORS
+    if layout is not Layout.VLLM_SAFETENSORS:
+        return FileView(path, header.file_size, failure=ReadFailure(
+            FailureKind.LAYOUT_MISMATCH, f"--layout {layout.value} reads torch.save files; this is a safetensors "
+            f"file with tensors {', '.join(sorted(tensors)) or '(none)'}", LayoutMismatch.__name__))
+    hs, ids = tensors.get("hidden_states"), tensors.get("token_ids")
+    if hs is None or ids is None:
+        return FileView(path, header.file_size, (missing_tensors_sample(path, tensors),))
+    return FileView(path, header.file_size, (stacked_sample(path, hs, ids),))
+
+
+def read_torch(path: str, forced: Layout | None, hidden_size: int | None, layers: int | None) -> FileView:
+    size = file_size(path)
+    try:
+        obj = load_structure(path)
+        items = list(enumerate(obj)) if isinstance(obj, (list, tuple)) else [(None, obj)]
+        if not items:
+            raise LayoutMismatch("holds an empty list")
+        samples = tuple(sample_from_object(path, i, item, forced, hidden_size, layers) for i, item in items)
+    except LayoutMismatch as exc:
+        return FileView(path, size, failure=ReadFailure(FailureKind.LAYOUT_MISMATCH, str(exc), type(exc).__name__))
+    except FormatError as exc:
+        return FileView(path, size, failure=_unreadable(str(exc), type(exc).__name__))
+    except OSError as exc:
+        return FileView(path, size, failure=_cannot_open(exc))
+    except Exception as exc:  # noqa: BLE001 - any failure to load is a finding about this file, not a crash
+        return FileView(path, size, failure=_unreadable(load_error(exc), type(exc).__name__, traceback.format_exc()))
+    return FileView(path, size, samples)
+
+
+def file_size(path: str) -> int:
+    """The size of ``path`` in bytes; 0 when it cannot be stat'ed."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0

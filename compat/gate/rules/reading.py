@@ -1,0 +1,50 @@
+"""Rules on reading itself: the file opens (``readable``) and follows a known layout (``layout``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from compat.gate.read.views import EntryFault, FailureKind, ReadFailure
+from compat.gate.rules.rule import Context, Phase, ReadSubject, Rule, RuleFinding, ValueSubject
+
+_REREAD = "re-extract this sample; the file is damaged or was never completely written"
+
+
+def _unreadable_file(subject: ReadSubject, _ctx: Context) -> Sequence[RuleFinding]:
+    if not isinstance(subject, ReadFailure) or subject.kind is not FailureKind.UNREADABLE:
+        return ()
+    return [RuleFinding(f"{subject.message} [{subject.error_type}]", _REREAD, found=subject.error_type,
+                        traceback=subject.traceback)]
+
+
+def _unreadable_values(subject: ValueSubject, _ctx: Context) -> Sequence[RuleFinding]:
+    if not isinstance(subject, ReadFailure):
+        return ()
+    return [RuleFinding(f"reading tensor values failed: {subject.error_type}: {subject.message}", _REREAD,
+                        found=subject.error_type, traceback=subject.traceback)]
+
+
+READABLE = Rule(
+    "readable", "the file opens and parses: a safetensors header consistent with the file's size, or "
+                "torch.load(weights_only=True) succeeding",
+    Phase.READ, _unreadable_file, structural=True, also={Phase.VALUES: _unreadable_values})
+
+
+def layout_fault(fault: EntryFault) -> bool:
+    """A fault of any entry but the loss mask (whose faults the loss_mask rule reports) is a layout finding."""
+    return fault.entry != "loss_mask"
+
+
+def _layout(subject: ReadSubject, _ctx: Context) -> Sequence[RuleFinding]:
+    if isinstance(subject, ReadFailure):
+        if subject.kind is not FailureKind.LAYOUT_MISMATCH:
+            return ()
+        return [RuleFinding(f"{subject.message} [{subject.error_type}]",
+                            "pass the right --layout, or re-extract with a supported writer",
+                            found=subject.error_type, traceback=subject.traceback)]
+    return [RuleFinding(subject.message, subject.fix)] if layout_fault(subject) else ()
+
+
+LAYOUT = Rule(
+    "layout", "the file follows a known layout (or the one --layout names): its keys and their types",
+    Phase.READ, _layout, structural=True)

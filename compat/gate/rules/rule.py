@@ -1,0 +1,88 @@
+"""What a gate rule is: a ``Rule`` value (name, description, phase, structural or not, check), and what its
+check returns, ``RuleFinding``s.
+
+A check is a function ``(subject, context) -> Sequence[RuleFinding]``: empty when the rule holds. Its
+subject depends on the phase it runs in:
+
+- ``Phase.READ``: each thing reading could not make sense of: a file's ``ReadFailure`` or a sample's
+  ``EntryFault`` (``compat.gate.read.views``);
+- ``Phase.HEADER``: each ``SampleView``: shapes and dtypes from the headers alone (every run);
+- ``Phase.VALUES`` (``--values``): each sound sample's ``SampleValues`` (``compat.gate.value_stats``), or a
+  file's ``ReadFailure`` when its tensor values could not be read;
+- ``Phase.REFERENCE`` (``--reference``): each recomputed sample's ``Comparison`` or ``ComparisonError``
+  (``compat.gate.recompute``).
+
+The context holds the expectations for the subject's layout and the run's options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from compat.findings import Status
+from compat.gate.expect import Expectations
+from compat.gate.options import GateOptions
+from compat.gate.read.views import EntryFault, ReadFailure
+from compat.gate.recompute import Comparison, ComparisonError
+from compat.gate.value_stats import SampleValues
+
+
+class Phase(str, Enum):
+    """When a check runs, in this order; a sample's findings are listed in the same order."""
+
+    READ = "read"
+    HEADER = "header"
+    VALUES = "values"
+    REFERENCE = "reference"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleFinding:
+    """What a rule found about one sample (or file): by default a failure; with status OK, a pass worth
+    reporting. The runner places it (file, sample) and names the rule when it becomes a ``Finding``."""
+
+    message: str
+    fix: str | None = None
+    expected: str | None = None
+    found: str | None = None
+    status: Status = Status.BROKEN
+    allowed: str | None = None
+    """Why a policy accepts it (it is reported, and does not fail the run)."""
+    traceback: str | None = None
+    """Where it came from, when Python raised."""
+    skip_sample: bool = False
+    """List the sample in ``summary.skipped_samples``, for the trainer to drop (``--nonfinite skip``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a check knows besides its subject."""
+
+    expected: Expectations
+    """For the subject's layout: flags, model config, data_config.json, else the majority of its samples."""
+    options: GateOptions
+
+
+ReadSubject = ReadFailure | EntryFault
+ValueSubject = SampleValues | ReadFailure
+ReferenceSubject = Comparison | ComparisonError
+Check = Callable[[Any, Context], Sequence[RuleFinding]]
+"""``(subject, context) -> findings``, the subject being the phase's (``ReadSubject``...)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    """What ``--ignore`` names and findings carry (``Finding.probe``)."""
+    description: str
+    """One line for ``--list-rules``."""
+    phase: Phase
+    check: Check
+    """The check that runs in ``phase``."""
+    structural: bool = False
+    """A sample failing it cannot be compared row by row: ``--reference`` leaves it out."""
+    also: Mapping[Phase, Check] = field(default_factory=dict)
+    """Checks the rule makes in other phases (``token_ids``: ids within the vocabulary under ``--values``)."""
