@@ -1,4 +1,4 @@
-"""Findings: one verdict per touchpoint and probe, rendered by ``compat.report``."""
+"""Findings: one verdict per touchpoint and check (an audit probe or a gate rule), rendered by ``compat.report``."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ class Confirmation:
 
 @dataclass(frozen=True)
 class Finding:
-    probe: str
+    check: str
+    """What made the finding: an audit probe's name, or a gate rule's (``"probe"`` in both JSON schemas)."""
     status: Status
     symbol: str
     consumer_location: str | None
@@ -67,22 +68,22 @@ class Finding:
     allowed: str | None = None
     """The allow-list reason when the finding was accepted."""
     touchpoint: str | None = None
-    """The touchpoint as the scan named it; with probe and location, a finding's identity across builds."""
+    """The touchpoint as the scan named it; with check and location, a finding's identity across builds."""
     confirmation: Confirmation | None = None
     """For the runtime confirmation's findings: their verdict on other probes' static findings."""
 
     def __post_init__(self) -> None:
         if not self.message or not self.message.strip():
-            raise ValueError(f"finding of probe {self.probe} for {self.symbol} has an empty message")
+            raise ValueError(f"finding of {self.check} for {self.symbol} has an empty message")
 
     @property
     def key(self) -> tuple[str, str, str | None]:
-        """Identity across builds: the same probe on the same consumer line and symbol."""
-        return (self.probe, self.touchpoint or self.symbol, self.consumer_location)
+        """Identity across builds: the same check on the same consumer line and symbol."""
+        return (self.check, self.touchpoint or self.symbol, self.consumer_location)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "probe": self.probe,
+            "probe": self.check,
             "status": self.status.value,
             "symbol": self.symbol,
             "consumer_location": self.consumer_location,

@@ -121,7 +121,7 @@ class Probe:
 
     def finding(self, tp: TouchPoint, status: Status, message: str, vllm_location: str | None = None,
                 evidence: Evidence | None = None, fix: str | None = None, symbol: str | None = None) -> Finding:
-        return Finding(probe=self.name, status=status, symbol=symbol or tp.symbol,
+        return Finding(check=self.name, status=status, symbol=symbol or tp.symbol,
                        consumer_location=str(tp.location), vllm_location=vllm_location, message=message,
                        evidence=evidence or Evidence(), fix=fix, kind=tp.kind.value, code=tp.code or None,
                        touchpoint=tp.symbol)

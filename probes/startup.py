@@ -46,7 +46,7 @@ class StartupProbe(Probe):
         for step in facts.steps:
             label = f"{step.kind} {step.name}"
             symbol = step.path or f"{startup.ENGINE_CORE}:{step.name}"
-            common = dict(probe=self.name, symbol=symbol, consumer_location=str(anchor.location),
+            common = dict(check=self.name, symbol=symbol, consumer_location=str(anchor.location),
                           vllm_location=step.at, kind="startup", code=anchor.code,
                           touchpoint=f"startup:{step.name}")
             if _norm(step.name) in done:

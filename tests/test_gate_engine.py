@@ -82,7 +82,7 @@ def test_vllm_files_with_the_other_numbering_or_order_fail_reference(llama, tmp_
     model, hs, records = llama
     wrong = run_gate(GateOptions(paths=(hs,), model=model, layer_ids=(3, 0, 2), reference=model,
                                  reference_samples=2, layer_numbering="output"))
-    findings = [f for f in wrong.failing() if f.probe == "reference"]
+    findings = [f for f in wrong.failing() if f.check == "reference"]
     assert len(findings) == 2 and "All layers are off by one: the file follows --layer-numbering input" in \
         findings[0].message
     # The same tensors in reverse order: shapes still pass; the reference fails, and so does layer_order
@@ -94,7 +94,7 @@ def test_vllm_files_with_the_other_numbering_or_order_fail_reference(llama, tmp_
     for sub, rules in (("a", {"reference", "layer_order"}), ("b", {"reference"})):
         result = run_gate(GateOptions(paths=(tmp_path / sub,), model=model, layer_ids=(3, 0, 2), values=True,
                                       reference=model))
-        assert {f.probe for f in result.failing()} == rules
+        assert {f.check for f in result.failing()} == rules
 
 
 def test_predictable_model_values_are_exact_through_vllm(predictable):

@@ -31,7 +31,7 @@ def _run(*paths, **kw):
 
 
 def _rules(result) -> set[str]:
-    return {f.probe for f in result.failing()}
+    return {f.check for f in result.failing()}
 
 
 def test_each_layout_is_detected_and_passes(tmp_path):
@@ -62,7 +62,7 @@ def test_list_file_holds_several_samples_and_findings_name_the_sample(tmp_path):
     torch.save([good, bad], tmp_path / "batch.pt")
     result = _run(tmp_path, hidden_size=H)
     (finding,) = result.failing()
-    assert finding.probe == "seq_len" and finding.symbol == "batch.pt#1" and finding.consumer_location == "batch.pt:1"
+    assert finding.check == "seq_len" and finding.symbol == "batch.pt#1" and finding.consumer_location == "batch.pt:1"
     assert result.summary.samples == 2 and result.summary.files == 1
 
 
@@ -72,7 +72,7 @@ def test_layout_forced_with_the_wrong_name_is_a_layout_finding(tmp_path):
     assert _run(tmp_path, layout=Layout.SPECULATORS_PT).exit_code == 0
     write_vllm(tmp_path / "x.safetensors", _ids(4), layered(4, H, 2))
     (f,) = [f for f in _run(tmp_path / "x.safetensors", layout=Layout.SPECULATORS_PT).failing()]
-    assert f.probe == "layout" and "safetensors file" in f.message
+    assert f.check == "layout" and "safetensors file" in f.message
 
 
 def test_safetensors_header_reader_agrees_with_the_library(tmp_path):
@@ -99,7 +99,7 @@ def test_damaged_safetensors_is_a_readable_finding(tmp_path, damage, words):
     with pytest.raises(HeaderError, match=words.split("(")[0].strip()):
         read_header(path)
     (f,) = _run(tmp_path).failing()
-    assert f.probe == "readable" and words in f.message and "[HeaderError]" in f.message
+    assert f.check == "readable" and words in f.message and "[HeaderError]" in f.message
 
 
 class Payload:
@@ -117,15 +117,15 @@ def test_unreadable_torch_files_are_findings_with_the_exception(tmp_path):
         pickle.dump({"x": 1}, handle)
     found = {f.symbol: f for f in _run(tmp_path).failing()}
     assert set(found) == {"data_1.pt", "data_2.pt", "data_3.pt", "data_4.pt", "data_5.pt"}
-    assert found["data_2.pt"].probe == "readable" and "UnpicklingError" in found["data_2.pt"].message
+    assert found["data_2.pt"].check == "readable" and "UnpicklingError" in found["data_2.pt"].message
     assert "refused to unpickle it: Unsupported global: GLOBAL tests.test_gate_layouts.Payload" in \
         found["data_2.pt"].message
     assert "not a torch.save file" in found["data_3.pt"].message and "FormatError" in found["data_3.pt"].message
     assert "refused to unpickle" in found["data_5.pt"].message
     assert found["data_2.pt"].evidence.traceback and "torch" in found["data_2.pt"].evidence.traceback
-    assert found["data_1.pt"].probe == "readable" and "RuntimeError" in found["data_1.pt"].message
+    assert found["data_1.pt"].check == "readable" and "RuntimeError" in found["data_1.pt"].message
     assert "failed finding central directory" in found["data_1.pt"].message
-    assert found["data_4.pt"].probe == "layout" and "weights" in found["data_4.pt"].message
+    assert found["data_4.pt"].check == "layout" and "weights" in found["data_4.pt"].message
     assert all(f.message.strip() for f in found.values())
 
 
@@ -153,12 +153,12 @@ def test_value_rules_zero_duplicate_and_order(tmp_path):
     # A zero layer also breaks the order (its RMS is 0): both rules speak.
     assert {"nonzero_layer", "layer_order"} == _rules(_run(tmp_path / "zero", values=True))
     (dup,) = _run(tmp_path / "dup", values=True).failing()
-    assert dup.probe == "distinct_layers" and "hidden_states[:, 1] and hidden_states[:, 2]" in dup.message
+    assert dup.check == "distinct_layers" and "hidden_states[:, 1] and hidden_states[:, 2]" in dup.message
     (order,) = _run(tmp_path / "reversed", values=True).failing()
-    assert order.probe == "layer_order" and "less than half" in order.message
+    assert order.check == "layer_order" and "less than half" in order.message
     assert _run(tmp_path / "reversed", values=True, ignore=frozenset({"layer_order"})).exit_code == 0
     (inf,) = _run(tmp_path / "inf", values=True).failing()
-    assert inf.probe == "finite" and f"{H} Inf, first at token 4" in inf.message
+    assert inf.check == "finite" and f"{H} Inf, first at token 4" in inf.message
 
 
 def test_layer_ids_order_follows_each_tools_convention(tmp_path):
@@ -175,7 +175,7 @@ def test_expectations_from_dataset_majority_flag_outliers(tmp_path):
         write_vllm(tmp_path / f"hs_{i}.safetensors", _ids(8), layered(8, H, 4 if i != 3 else 5))
     result = _run(tmp_path)
     (f,) = result.failing()
-    assert f.probe == "layer_count" and f.symbol == "hs_3.safetensors" and "4 of 5 samples" in f.message
+    assert f.check == "layer_count" and f.symbol == "hs_3.safetensors" and "4 of 5 samples" in f.message
 
 
 def test_model_config_text_config_and_bad_configs(tmp_path):

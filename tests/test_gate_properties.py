@@ -132,10 +132,10 @@ def test_verdict_matches_the_generators_intent(case):
         options = dict(paths=(Path(tmp),), hidden_size=case.hidden, dtype=case.dtype, layers=case.layers)
         result = run_gate(GateOptions(values=True, **options))
         want = FAULTS[case.fault]
-        failing = {f.probe for f in result.failing()}
+        failing = {f.check for f in result.failing()}
         assert failing == ({want} if want else set()), (case, [f.message for f in result.failing()])
         assert result.exit_code == (1 if want else 0)
         assert all(f.message.strip() for f in result.findings)
         if case.fault in HEADER_FAULTS or want is None:
             header_only = run_gate(GateOptions(values=False, **options))
-            assert {f.probe for f in header_only.failing()} == failing
+            assert {f.check for f in header_only.failing()} == failing

@@ -53,7 +53,7 @@ def test_eagle3_concatenation_and_target_are_matched_layer_by_layer(model, state
     assert [r["state"] for r in result.reference["samples"][0]["layers"]] == [1, 2, 4, "final_norm"]
     write_eagle(tmp_path / "data_0.ckpt", ids, torch.cat([outs[3], outs[1], outs[0]], dim=-1), target=final)
     (f,) = run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model)).failing()
-    assert f.probe == "reference" and "not in increasing depth" in f.message
+    assert f.check == "reference" and "not in increasing depth" in f.message
 
 
 def test_speculators_files_use_output_numbering(model, states, tmp_path):
@@ -62,10 +62,10 @@ def test_speculators_files_use_output_numbering(model, states, tmp_path):
     write_data_config(tmp_path, [1, 3], 64)
     ok = run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model))
     assert ok.exit_code == 0 and [r["state"] for r in ok.reference["samples"][0]["layers"]] == [2, 4]
-    assert any(f.probe == "reference" and f.status is Status.OK for f in ok.findings)
+    assert any(f.check == "reference" and f.status is Status.OK for f in ok.findings)
     write_data_config(tmp_path, [2, 3], 64)  # ids that do not match what was captured
     (f,) = run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model)).failing()
-    assert f.probe == "reference" and "1 of 2 layers differ" in f.message
+    assert f.check == "reference" and "1 of 2 layers differ" in f.message
     assert "it matches s_2: output of layer 1" in f.message
 
 

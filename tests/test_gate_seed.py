@@ -61,7 +61,7 @@ def _gate(directory: Path, model: Path, **kw):
 
 
 def _failing(result, rule: str):
-    return [f for f in result.failing() if f.probe == rule]
+    return [f for f in result.failing() if f.check == rule]
 
 
 def test_correct_slicing_passes_header_and_values(tmp_path, model, batch):
@@ -96,14 +96,14 @@ def test_batch_not_sliced_per_sample_fails_seq_len(tmp_path, model, batch):
     (finding,) = _failing(result, "seq_len")
     assert "771 rows" in finding.message and "512 tokens" in finding.message and "259 rows too many" in \
         finding.message
-    assert {f.probe for f in result.failing()} == {"seq_len"}
+    assert {f.check for f in result.failing()} == {"seq_len"}
 
 
 def test_wrong_dtype_fails_dtype(tmp_path, model, batch):
     aux, prompts = batch
     as_float32 = speculators_generate_slicing([h.float() for h in aux], prompts)  # extracted with dtype=float32
     result = _gate(_write(tmp_path, as_float32), model)
-    assert {f.probe for f in result.failing()} == {"dtype"}
+    assert {f.check for f in result.failing()} == {"dtype"}
     assert all("float32, expected bfloat16" in f.message and "config.json" in f.message for f in result.failing())
     assert run_gate(GateOptions(paths=(tmp_path,), model=model, dtype="fp32")).exit_code == 0  # --dtype overrides
 
@@ -114,7 +114,7 @@ def test_layer_count_off_by_one_fails_layer_count(tmp_path, model, batch, stored
     layers = aux[:stored] if stored < 4 else aux + [aux[-1] * 2]
     result = _gate(_write(tmp_path, speculators_generate_slicing(layers, prompts)), model)
     findings = _failing(result, "layer_count")
-    assert len(findings) == 2 and {f.probe for f in result.failing()} == {"layer_count"}
+    assert len(findings) == 2 and {f.check for f in result.failing()} == {"layer_count"}
     assert f"{stored} layers where 4 [0, 1, 2, 3] were expected" in findings[0].message
     assert "one layer too many or too few" in findings[0].message
 
@@ -127,11 +127,11 @@ def test_nan_in_one_layer_fails_finite_with_each_policy(tmp_path, model, batch):
     assert _gate(d, model).exit_code == 0  # headers alone cannot see values
     failed = _gate(d, model, values=True)
     (finding,) = failed.failing()
-    assert finding.probe == "finite" and finding.symbol == "data_1.pt"
+    assert finding.check == "finite" and finding.symbol == "data_1.pt"
     assert "hidden_states[2] (layer 2): 1 NaN, 0 Inf, first at token 17" in finding.message
     warned = _gate(d, model, values=True, nonfinite="warn")
-    assert warned.exit_code == 0 and [f.allowed for f in warned.findings if f.probe == "finite"] == [
+    assert warned.exit_code == 0 and [f.allowed for f in warned.findings if f.check == "finite"] == [
         "--nonfinite warn: reported, sample kept"]
     skipped = _gate(d, model, values=True, nonfinite="skip")
     assert skipped.exit_code == 0 and skipped.summary.skipped_samples == ("data_1.pt",)
-    assert [f.status for f in skipped.findings if f.probe == "finite"] == [Status.BROKEN]
+    assert [f.status for f in skipped.findings if f.check == "finite"] == [Status.BROKEN]

@@ -48,9 +48,9 @@ def test_a_crashing_probe_is_an_error_with_traceback_and_the_audit_goes_on(tmp_p
     ctx = ProbeContext(scan, build("0.11.0").surface)
     crashing = Crashing(name="crashing", description="raises", kinds=(Kind.IMPORT, Kind.CALL))
     findings = run_probes(ctx, [crashing] + probes.all_probes())
-    errors = [f for f in findings if f.probe == "crashing"]
+    errors = [f for f in findings if f.check == "crashing"]
     assert len(errors) == 2 and all(f.status is Status.ERROR for f in errors)
     for f in errors:
         assert "KeyError" in f.message and f.message.strip()
         assert "Traceback" in f.evidence.traceback and "raise KeyError" in f.evidence.traceback
-    assert {f.probe for f in findings if f.status is Status.OK} >= {"import", "call"}
+    assert {f.check for f in findings if f.status is Status.OK} >= {"import", "call"}

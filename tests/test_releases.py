@@ -39,16 +39,16 @@ EXPECTED_FIRST = {
 @pytest.mark.parametrize("version", ["0.11.0", "0.32.0", "0.33.0"])
 def test_no_probe_errors(audit, version):
     """Every probe runs to a verdict on real releases: no crash, no unreadable build."""
-    errors = [(f.probe, f.message) for f in audit(version).findings if f.status is Status.ERROR]
+    errors = [(f.check, f.message) for f in audit(version).findings if f.status is Status.ERROR]
     assert errors == []
 
 
 def test_pinned_release_binds_everything(audit):
     """speculators 0.3.0 pinned vllm==0.11.0: nothing it imports or calls is broken there."""
     result = audit("0.11.0")
-    bad = [f for f in result.findings if f.status in (Status.BROKEN, Status.ERROR) and f.probe in CORE_PROBES]
+    bad = [f for f in result.findings if f.status in (Status.BROKEN, Status.ERROR) and f.check in CORE_PROBES]
     assert bad == []
-    probes = {f.probe for f in result.findings if f.status is Status.OK}
+    probes = {f.check for f in result.findings if f.status is Status.OK}
     assert {"import", "call", "attribute", "rpc"} <= probes
 
 
@@ -61,7 +61,7 @@ def test_each_breakage_reported_first_where_it_appears(audit, build, speculators
     for version in releases:
         result = audit(str(version))
         for f in result.findings:
-            if f.probe != "call" or f.status is not Status.BROKEN:
+            if f.check != "call" or f.status is not Status.BROKEN:
                 continue
             for key in EXPECTED_FIRST:
                 if f.touchpoint == key[0] and f"'{key[1]}'" in f.message and key not in first:
@@ -88,7 +88,7 @@ def test_evidence_shows_the_signature_the_consumer_was_written_for(speculators_s
     assert speculators_scan.written_for == "0.11.0"  # read from speculators' metadata pin
     result = Auditor(AuditOptions()).run(speculators_scan, build("0.12.0"))
     f = next(f for f in result.findings if f.touchpoint.endswith("get_kv_cache_config_from_groups")
-             and f.probe == "call")
+             and f.check == "call")
     assert f.status is Status.BROKEN
     assert "kv_cache_specs" in f.evidence.written_for and "kv_cache_specs" not in f.evidence.audited
     assert f.evidence.written_for_build == "0.11.0"
@@ -96,7 +96,7 @@ def test_evidence_shows_the_signature_the_consumer_was_written_for(speculators_s
 
 def test_moved_symbol_reports_new_module_and_fix(audit, build):
     result = audit("0.33.0")
-    moved = [f for f in result.findings if f.probe == "import" and f.status is Status.BROKEN]
+    moved = [f for f in result.findings if f.check == "import" and f.status is Status.BROKEN]
     assert moved, "0.33.0 moved kv_cache_utils helpers speculators imports"
     for f in moved:
         name = f.touchpoint.rsplit(".", 1)[-1]
@@ -163,7 +163,7 @@ def test_guarded_consumer_has_no_false_alarms(tmp_path, build, version):
     scan = scan_tree(tree_from_path(path))
     result = Auditor(AuditOptions(consumer=str(path))).run(scan, build(version), written_for=None)
     broken = [f for f in result.findings if f.status in (Status.BROKEN, Status.ERROR, Status.UNKNOWN)
-              and f.probe in CORE_PROBES]
+              and f.check in CORE_PROBES]
     control_line = next(tp.location.line for tp in scan.touchpoints if tp.context.endswith("unguarded"))
     # The only broken line is the unguarded control call, and only where eos_token_id is gone.
     expected = [f"guarded.py:{control_line}"] if Version(version) >= Version("0.17.0") else []
@@ -175,7 +175,7 @@ def test_guarded_consumer_has_no_false_alarms(tmp_path, build, version):
 
 
 def _verdicts(result):
-    return {(f.probe, f.touchpoint, f.consumer_location, f.status) for f in result.findings}
+    return {(f.check, f.touchpoint, f.consumer_location, f.status) for f in result.findings}
 
 
 def test_sdist_file_and_source_directory_read_like_the_release(audit, build):

@@ -44,7 +44,7 @@ def test_each_semantic_breakage_first_appears_where_the_code_changed(audit, spec
     first, found = {}, {}
     for version in index.resolve_range("vllm", ">=0.11.0"):
         for f in audit(str(version)).findings:
-            key = (f.probe, f.symbol, f.status.value)
+            key = (f.check, f.symbol, f.status.value)
             if key in EXPECTED_FIRST and key not in first:
                 first[key] = str(version)
                 found[key] = f
@@ -56,9 +56,9 @@ def test_each_semantic_breakage_first_appears_where_the_code_changed(audit, spec
 
 def test_reply_index_is_ok_on_the_pinned_release_and_broken_when_the_reply_changes(audit, speculators_scan):
     line = _rpc_line(speculators_scan, "_get_captured_states")
-    before = [f for f in audit("0.11.0").findings if f.probe == "reply-shape" and f.consumer_location.endswith(
+    before = [f for f in audit("0.11.0").findings if f.check == "reply-shape" and f.consumer_location.endswith(
         f":{line}")]
-    after = [f for f in audit("0.11.1").findings if f.probe == "reply-shape" and f.consumer_location.endswith(
+    after = [f for f in audit("0.11.1").findings if f.check == "reply-shape" and f.consumer_location.endswith(
         f":{line}")]
     assert [f.status for f in before] == [Status.OK] and "list" in before[0].message
     assert [f.status for f in after] == [Status.BROKEN]
@@ -67,23 +67,23 @@ def test_reply_index_is_ok_on_the_pinned_release_and_broken_when_the_reply_chang
 
 
 def test_two_phase_protocol_names_the_error_the_build_raises(audit):
-    f = next(f for f in audit("0.32.0").findings if f.probe == "protocol")
+    f = next(f for f in audit("0.32.0").findings if f.check == "protocol")
     assert f.status is Status.BROKEN
     assert "sample_tokens() must be called after execute_model() returns None" in f.message
     assert f.vllm_location.startswith("vllm/v1/worker/gpu_model_runner.py:")
 
 
 def test_block_hashing_failure_mode_is_read_from_each_build(audit):
-    old = next(f for f in audit("0.12.0").findings if f.probe == "block-hashing")
-    new = next(f for f in audit("0.32.0").findings if f.probe == "block-hashing")
+    old = next(f for f in audit("0.12.0").findings if f.check == "block-hashing")
+    new = next(f for f in audit("0.32.0").findings if f.check == "block-hashing")
     assert old.status is new.status is Status.BROKEN
     assert "AssertionError" in old.message and "IndexError" in new.message
-    pinned = next(f for f in audit("0.11.0").findings if f.probe == "block-hashing")
+    pinned = next(f for f in audit("0.11.0").findings if f.check == "block-hashing")
     assert pinned.status is Status.OK and "off" in pinned.message
 
 
 def test_model_conventions_for_kimi_and_deepseek(audit):
-    findings = {f.symbol: f for f in audit("0.32.0").findings if f.probe == "model"}
+    findings = {f.symbol: f for f in audit("0.32.0").findings if f.check == "model"}
     kimi = findings["KimiK25ForConditionalGeneration:path"]
     assert kimi.status is Status.BROKEN and "model.language_model.model" in kimi.message
     layer = findings["DeepseekV3ForCausalLM:layer-call"]
@@ -96,7 +96,7 @@ def test_startup_steps_new_since_the_written_for_build(speculators_scan, build):
     from compat.audit.pipeline import AuditOptions, Auditor
 
     result = Auditor(AuditOptions()).run(speculators_scan, build("0.32.0"))
-    changed = {f.touchpoint for f in result.findings if f.probe == "startup" and f.status is Status.CHANGED}
+    changed = {f.touchpoint for f in result.findings if f.check == "startup" and f.status is Status.CHANGED}
     assert {"startup:set_kv_cache_layout", "startup:resolve_kv_cache_block_sizes"} <= changed
-    done = {f.touchpoint for f in result.findings if f.probe == "startup" and f.status is Status.OK}
+    done = {f.touchpoint for f in result.findings if f.check == "startup" and f.status is Status.OK}
     assert "startup:initialize_from_config" in done

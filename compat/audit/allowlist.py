@@ -29,7 +29,7 @@ class AllowEntry:
     status: str | None = None
 
     def matches(self, finding: Finding) -> bool:
-        if self.probe and self.probe != finding.probe:
+        if self.probe and self.probe != finding.check:
             return False
         if self.status and self.status != finding.status.value:
             return False

@@ -79,7 +79,7 @@ class Auditor:
                 used.save()
         if self.options.allow is not None:
             findings = allowlist.apply(findings, allowlist.load(self.options.allow))
-        findings.sort(key=lambda f: (f.status.rank, f.consumer_location or "", f.probe))
+        findings.sort(key=lambda f: (f.status.rank, f.consumer_location or "", f.check))
         return AuditResult(scan, surface.build, tuple(findings),
                            reference.build if reference is not None else None, tuple(notes), self.options.strict)
 
@@ -136,7 +136,7 @@ def annotate_runtime(findings: list[Finding]) -> list[Finding]:
                 verdicts.setdefault(probe, []).append(finding.confirmation)
     out = []
     for finding in findings:
-        found = verdicts.get(finding.probe)
+        found = verdicts.get(finding.check)
         if found:
             if any(c.agree is False for c in found):
                 head, shown = "DISAGREES with a real engine: ", [c.text for c in found]

@@ -63,7 +63,7 @@ class GateResult(Verdict):
     tool = "compat.gate"
 
     def failures_by_rule(self) -> dict[str, int]:
-        return dict(sorted(Counter(f.probe for f in self.failing()).items()))
+        return dict(sorted(Counter(f.check for f in self.failing()).items()))
 
     def title(self) -> str:
         s = self.summary

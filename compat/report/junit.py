@@ -18,7 +18,7 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
     for f in result.findings:
         counts["tests"] += 1
         name = f"{f.touchpoint or f.symbol} @ {f.consumer_location or '-'}"
-        case = ET.SubElement(suite, "testcase", classname=f"{result.tool}.{f.probe}", name=name)
+        case = ET.SubElement(suite, "testcase", classname=f"{result.tool}.{f.check}", name=name)
         if f.consumer_location and ":" in f.consumer_location:
             file, _, line = f.consumer_location.rpartition(":")
             case.set("file", file)

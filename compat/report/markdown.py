@@ -36,7 +36,7 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
         out.append("|---|---|---|---|---|---|")
         for f in problems:
             allowed = f" _(allowed: {_cell(f.allowed)})_" if f.allowed else ""
-            out.append(f"| {_ICON[f.status]} {f.status.value} | {f.probe} | {_code(f.consumer_location)} | "
+            out.append(f"| {_ICON[f.status]} {f.status.value} | {f.check} | {_code(f.consumer_location)} | "
                        f"{_code(f.vllm_location)} | {_cell(f.message)}{allowed} | {_cell(f.fix)} |")
         out.append("")
         evidence = [f for f in problems if f.evidence.written_for or f.evidence.audited]
@@ -56,7 +56,7 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
         oks = [f for f in result.findings if f.status is Status.OK]
         out.append(f"<details><summary>{len(oks)} ok</summary>")
         out.append("")
-        out += [f"- {f.probe} {_code(f.consumer_location)}: {_cell(f.message)}" for f in oks]
+        out += [f"- {f.check} {_code(f.consumer_location)}: {_cell(f.message)}" for f in oks]
         out.append("")
         out.append("</details>")
     return "\n".join(out) + "\n"

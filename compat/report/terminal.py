@@ -26,7 +26,7 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
     for f in shown:
         tag = _paint(f"{f.status.value.upper():8}", f.status, color)
         allowed = f" [allowed: {f.allowed}]" if f.allowed else ""
-        lines.append(f"{tag} {f.probe:9} {f.consumer_location or '-'}{allowed}")
+        lines.append(f"{tag} {f.check:9} {f.consumer_location or '-'}{allowed}")
         body = textwrap.wrap(f.message, width - 19) or [""]
         lines += [" " * 19 + chunk for chunk in body]
         if f.symbol:

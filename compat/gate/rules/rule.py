@@ -76,7 +76,7 @@ Check = Callable[[Any, Context], Sequence[RuleFinding]]
 @dataclass(frozen=True)
 class Rule:
     name: str
-    """What ``--ignore`` names and findings carry (``Finding.probe``)."""
+    """What ``--ignore`` names and findings carry (``Finding.check``)."""
     description: str
     """One line for ``--list-rules``."""
     phase: Phase
