@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 import typing
 from typing import Any
@@ -24,13 +25,23 @@ def encode(value: Any) -> Any:
     raise TypeError(f"a fact cannot hold a {type(value).__name__}")
 
 
+@functools.cache
+def _fields(kind: type) -> tuple[tuple[str, Any], ...]:
+    """(name, type) of a dataclass's fields, its string annotations evaluated once."""
+    hints = typing.get_type_hints(kind)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(kind))
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
 def decode(kind: Any, data: Any) -> Any:
     """``data`` (from ``encode``) as the type ``kind`` names."""
+    if kind in _PLAIN:
+        return data
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if dataclasses.is_dataclass(kind):
-        hints = typing.get_type_hints(kind)
-        return kind(**{f.name: decode(hints[f.name], data[f.name]) for f in dataclasses.fields(kind)
-                       if f.name in data})
+        return kind(**{name: decode(hint, data[name]) for name, hint in _fields(kind) if name in data})
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         return kind(data)
     if origin in (types.UnionType, typing.Union):
@@ -40,7 +51,7 @@ def decode(kind: Any, data: Any) -> Any:
         return decode(options[0], data) if len(options) == 1 else data
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(decode(args[0], d) for d in data)
+            return tuple(data) if args[0] in _PLAIN else tuple(decode(args[0], d) for d in data)
         return tuple(decode(a, d) for a, d in zip(args, data)) if args else tuple(data)
     if origin is list:
         return [decode(args[0], d) for d in data] if args else list(data)
