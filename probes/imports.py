@@ -5,7 +5,7 @@ from __future__ import annotations
 from compat.consumer.model import Kind, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
-from compat.vllm.surface import Found, Missing, Unresolved
+from compat.vllm.surface import Found, Missing, Unresolved, relocated
 
 
 class ImportProbe(Probe):
@@ -28,9 +28,7 @@ class ImportProbe(Probe):
 
     def _missing(self, ctx: ProbeContext, tp: TouchPoint, found: Missing, evidence: Evidence) -> Finding:
         module, _, name = tp.symbol.rpartition(".")
-        moved = [path for path in ctx.surface.definitions(name)
-                 if path != tp.symbol and isinstance(ctx.lookup(path), Found)]
-        moved.sort(key=lambda p: (p.count("."), p))
+        moved = relocated(ctx.surface, tp.symbol)
         if tp.fallback is not None:
             return self.finding(
                 tp, Status.OK,

@@ -90,3 +90,10 @@ class Surface(Protocol):
 
     def save(self) -> None:
         """Keep what was learnt for the next audit (a no-op for readings that keep nothing)."""
+
+
+def relocated(surface: Surface, symbol: str) -> list[str]:
+    """Where a name that is not at ``symbol`` in this build is defined instead (shallowest module first)."""
+    name = symbol.rpartition(".")[2]
+    homes = [path for path in surface.definitions(name) if path != symbol and isinstance(surface.lookup(path), Found)]
+    return sorted(homes, key=lambda p: (p.count("."), p))

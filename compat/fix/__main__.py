@@ -1,0 +1,3 @@
+from compat.fix.cli import run
+
+run()

@@ -1,0 +1,128 @@
+"""``python -m compat.fix``: a shim module and source edits that make a consumer of vLLM's internals run on
+every build of a range, shown as a unified diff (default), written as a patched copy (``--apply DIR``), or
+written into the consumer's own files (``--in-place``, the only way this tool changes a user's files).
+
+The patched consumer is re-audited against every build of the range: no finding a fixer claims may remain.
+Exit codes: 0 every broken or changed finding is fixed, 1 some remain (listed, with why no fixer handles
+them), 2 the fix could not be made (bad input, or code that is not what the fix was planned for).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from compat.audit.pipeline import DEFAULT_CONSUMER
+from compat.cache import atomic_write_text
+from compat.cli import guarded
+from compat.errors import CompatError
+from compat.fix.pipeline import Fix, FixOptions, Verification, plan_fix, verify, write_copy, write_in_place
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m compat.fix", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--consumer", default=DEFAULT_CONSUMER, help=f"as for compat.audit (default {DEFAULT_CONSUMER})")
+    p.add_argument("--vllm", default=None,
+                   help="a specifier (every release matching it), a version, or one build; default: every "
+                        "release from the one the consumer pins")
+    p.add_argument("--report", type=Path, help="take --consumer and --vllm from an audit's JSON report")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--apply", type=Path, metavar="DIR", help="write a patched copy of the consumer to DIR")
+    where.add_argument("--in-place", action="store_true", help="edit the consumer's own files (a directory)")
+    p.add_argument("--output", type=Path, help="write the diff to this file instead of standard output")
+    p.add_argument("--without", action="append", default=[], metavar="FIXER", help="leave a fixer out")
+    p.add_argument("--no-verify", action="store_true", help="do not re-audit the patched consumer")
+    p.add_argument("--list-fixers", action="store_true", help="list the fixers and exit")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks for internal errors")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return guarded("compat.fix", args.debug, lambda: _fix(args))
+
+
+def _from_report(path: Path) -> tuple[str, str]:
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        consumer, build = report["consumer"], report["vllm"]
+        return f"{consumer['name']}=={consumer['version']}", build["version"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CompatError(f"--report {path}: not an audit JSON report ({type(exc).__name__}: {exc})") from exc
+
+
+def _fix(args: argparse.Namespace) -> int:
+    if args.list_fixers:
+        from fixers import all_fixers
+
+        for fixer in all_fixers():
+            print(f"{fixer.name:10} [{', '.join(fixer.handles)}] {fixer.description}")
+        return 0
+    consumer, vllm = args.consumer, args.vllm
+    if args.report:
+        consumer, vllm = _from_report(args.report)
+    if args.in_place and not Path(consumer).is_dir():
+        raise CompatError(f"--in-place needs the consumer as a directory of its sources, not {consumer!r}")
+    fix = plan_fix(FixOptions(consumer=consumer, vllm=vllm, without=tuple(args.without)))
+    diff = fix.diff()
+    if args.output:
+        atomic_write_text(args.output, diff)
+    elif not (args.apply or args.in_place):
+        sys.stdout.write(diff)
+    verification = None
+    if args.apply:
+        write_copy(fix, args.apply)
+        print(f"compat.fix: patched copy written to {args.apply}", file=sys.stderr)
+        verification = None if args.no_verify else verify(args.apply, fix)
+    elif args.in_place:
+        for path in write_in_place(fix):
+            print(f"compat.fix: wrote {path}", file=sys.stderr)
+        verification = None if args.no_verify else verify(fix.tree.root, fix)
+    elif not args.no_verify:
+        with tempfile.TemporaryDirectory(prefix="compat-fix-") as tmp:
+            verification = verify(write_copy(fix, Path(tmp) / "patched"), fix)
+    summary(fix, verification)
+    remaining = [u for p in fix.plans for u in p.unhandled]
+    if verification is not None and (not verification.ok or verification.unhandled):
+        return 1
+    return 1 if remaining else 0
+
+
+def summary(fix: Fix, verification: Verification | None) -> None:
+    """What each fixer did, what none handles, and the re-audit, on standard error."""
+    err = sys.stderr
+    print(f"compat.fix: {fix.ctx.scan.name} {fix.ctx.scan.version or ''} for {fix.ctx.versions}", file=err)
+    for plan in fix.plans:
+        for note in plan.notes:
+            print(f"  {plan.fixer:9} {note}", file=err)
+        for item in plan.unhandled:
+            f = item.finding
+            print(f"  {plan.fixer:9} NOT FIXED {f.check} {f.consumer_location}: {item.reason}", file=err)
+    if not fix.changed:
+        print("  nothing to change", file=err)
+    if verification is None:
+        return
+    for version, f in verification.claimed:
+        print(f"  STILL FAILING (claimed by a fixer) vLLM {version}: {f.check} {f.consumer_location}: {f.message}",
+              file=err)
+    seen = {}
+    for version, f in verification.unhandled:
+        seen.setdefault((f.check, f.symbol, f.consumer_location, f.status.value), []).append(version)
+    for (check, symbol, location, status), versions in sorted(seen.items()):
+        print(f"  not handled by any fixer: {status} {check} {symbol} at {location} "
+              f"(vLLM {versions[0]}..{versions[-1]}, {len(versions)} builds)", file=err)
+    kept = {}
+    for version, f, why in verification.accepted:
+        kept.setdefault((f.check, f.symbol, why), []).append(version)
+    for (check, symbol, why), versions in sorted(kept.items()):
+        print(f"  accepted: {check} {symbol} (vLLM {versions[0]}..{versions[-1]}): {why}", file=err)
+    state = "clean" if verification.ok and not verification.unhandled else "NOT clean"
+    print(f"  re-audit of the patched consumer against {len(verification.builds)} builds: {state}", file=err)
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""The fix: audit the consumer against every build of a range, let each fixer plan, make the shim and the
+edits, and re-audit the patched consumer against the same builds.
+
+``plan_fix`` does the planning and editing in memory (nothing is written); ``write_copy`` and
+``write_in_place`` write the result (atomically, file by file); ``verify`` re-audits a patched tree.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import libcst as cst
+
+from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
+from compat.cache import atomic_write_text
+from compat.consumer.model import Scan
+from compat.consumer.scan import scan_tree
+from compat.consumer.source import open_consumer
+from compat.errors import CompatError
+from compat.findings import Finding
+from compat.fix.context import FAILING, AuditedBuild, FixContext, Shim
+from compat.fix.edits import Edit, ImportShim, RouteImport
+from compat.fix.plan import FixerPlan
+from compat.fix.shim import assemble
+from compat.sources import SourceTree, index, tree_from_path
+from compat.vllm.builds import OpenedBuild, open_build
+
+
+@dataclass(frozen=True)
+class FixOptions:
+    consumer: str = DEFAULT_CONSUMER
+    vllm: str | None = None
+    """A specifier (every release matching it), a version, or one build (wheel, sdist, checkout, installed).
+    Default: every release from the one the consumer pins (``>=0.11.0`` for speculators 0.3.0)."""
+    without: tuple[str, ...] = ()
+    """Fixers to leave out (to see what a fix is for)."""
+    target: str = "vllm"
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A planned fix: the plans, and each changed file's text before and after (the shim's before is '')."""
+
+    tree: SourceTree
+    ctx: FixContext
+    plans: tuple[FixerPlan, ...]
+    files: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return any(old != new for old, new in self.files.values())
+
+    def diff(self) -> str:
+        out: list[str] = []
+        for rel, (old, new) in sorted(self.files.items()):
+            if old != new:
+                out += difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                            f"a/{rel}" if old else "/dev/null", f"b/{rel}")
+        return "".join(out)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The patched consumer re-audited: what still fails although a fixer claims it, and what no fixer handles."""
+
+    builds: tuple[str, ...]
+    claimed: tuple[tuple[str, Finding], ...]
+    unhandled: tuple[tuple[str, Finding], ...]
+    accepted: tuple[tuple[str, Finding, str], ...] = ()
+    """Failing findings a fixer accepted on purpose, with its reason."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.claimed
+
+
+def audit_range(scan: Scan, spec: str, target: str = "vllm") -> tuple[AuditedBuild, ...]:
+    """The consumer audited against every build ``spec`` names, oldest first."""
+    auditor = Auditor(AuditOptions(confirm="never", target=target))
+    kind, _ = index.parse_request(spec)
+    specs = [str(v) for v in index.resolve_range(target, spec)] if kind == "range" else [spec]
+    if not specs:
+        raise CompatError(f"--vllm {spec!r}: no release of {target} matches")
+    builds = []
+    for one in specs:
+        opened = open_build(one, target)
+        result = auditor.run(scan, opened)
+        builds.append(AuditedBuild(result.build.version or one, opened.surface, result.findings))
+    return tuple(builds)
+
+
+def shim_location(scan: Scan, tree: SourceTree) -> Shim:
+    """The shim goes into the consumer's top package (or beside a single-file consumer)."""
+    touched = sorted({tp.location.file for tp in scan.touchpoints})
+    top = touched[0].split("/")[0] if touched and "/" in touched[0] else ""
+    if top and (tree.root / top / "__init__.py").exists():
+        return Shim(f"{top}._vllm_compat", f"{top}/_vllm_compat.py")
+    return Shim("_vllm_compat", "_vllm_compat.py")
+
+
+def plan_fix(options: FixOptions) -> Fix:
+    """Audit, plan every fixer, and edit the consumer's files in memory."""
+    from fixers import all_fixers
+
+    tree = open_consumer(options.consumer, options.target)
+    scan = scan_tree(tree, options.target)
+    spec = options.vllm or (f">={scan.written_for}" if scan.written_for else "latest")
+    builds = audit_range(scan, spec, options.target)
+    ctx = FixContext(scan, builds, shim_location(scan, tree))
+    unknown = set(options.without) - {f.name for f in all_fixers()}
+    if unknown:
+        raise CompatError(f"--without {', '.join(sorted(unknown))}: no such fixer "
+                          f"(fixers: {', '.join(f.name for f in all_fixers())})")
+    plans = tuple(p for p in (f.plan(ctx) for f in all_fixers() if f.name not in options.without) if not p.empty)
+    return Fix(tree, ctx, plans, edit_files(tree.root, ctx, plans))
+
+
+def _merged(edits: Sequence[Edit]) -> list[Edit]:
+    """One import edit per import statement, naming every name routed from it."""
+    imports: dict[tuple[str, int, str], RouteImport] = {}
+    others: list[Edit] = []
+    for edit in edits:
+        if isinstance(edit, RouteImport):
+            key = (edit.file, edit.line, edit.module)
+            old = imports.get(key)
+            names = tuple(dict.fromkeys((old.names if old else ()) + edit.names))
+            imports[key] = RouteImport(edit.file, edit.line, edit.pattern, module=edit.module, names=names,
+                                       shim=edit.shim)
+        else:
+            others.append(edit)
+    return others + list(imports.values())
+
+
+def edit_files(root: Path, ctx: FixContext, plans: Sequence[FixerPlan]) -> dict[str, tuple[str, str]]:
+    """Each edited file's text before and after, and the shim's (bottom-up per file, so lines stay valid)."""
+    edits = _merged([e for plan in plans for e in plan.edits])
+    files: dict[str, tuple[str, str]] = {}
+    for rel in sorted({e.file for e in edits}):
+        old = (root / rel).read_text(encoding="utf-8")
+        module = cst.parse_module(old)
+        mine = sorted((e for e in edits if e.file == rel), key=lambda e: -e.line)
+        for edit in mine + [ImportShim(rel, 0, ctx.shim.import_line, import_line=ctx.shim.import_line,
+                                         alias=ctx.shim.alias)]:
+            module = edit.apply(module)
+        files[rel] = (old, module.code)
+    if files:
+        shim_old = (root / ctx.shim.path).read_text(encoding="utf-8") if (root / ctx.shim.path).exists() else ""
+        files[ctx.shim.path] = (shim_old, assemble(ctx, plans))
+    return files
+
+
+def write_copy(fix: Fix, dest: Path) -> Path:
+    """A patched copy of the consumer's tree at ``dest`` (built beside it, then renamed into place)."""
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise CompatError(f"--apply {dest}: exists and is not empty")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}-") as tmp:
+        staged = Path(tmp) / "tree"
+        shutil.copytree(fix.tree.root, staged, ignore=shutil.ignore_patterns("__pycache__", ".complete"))
+        for rel, (_, new) in fix.files.items():
+            (staged / rel).parent.mkdir(parents=True, exist_ok=True)
+            (staged / rel).write_text(new, encoding="utf-8")
+        if dest.exists():
+            dest.rmdir()
+        staged.rename(dest)
+    return dest
+
+
+def write_in_place(fix: Fix) -> list[Path]:
+    """Write the changed files into the consumer's own tree (each file atomically)."""
+    written = []
+    for rel, (old, new) in fix.files.items():
+        if old != new:
+            atomic_write_text(fix.tree.root / rel, new)
+            written.append(fix.tree.root / rel)
+    return written
+
+
+def verify(patched: Path, fix: Fix) -> Verification:
+    """Re-audit the patched tree against every build the fix was planned for."""
+    scan = scan_tree(tree_from_path(Path(patched)), fix.ctx.scan.target)
+    auditor = Auditor(AuditOptions(confirm="never", target=fix.ctx.scan.target))
+    claims = [c for plan in fix.plans for c in plan.claims]
+    accepting = [(c, why) for plan in fix.plans for c, why in plan.accepted]
+    claimed, unhandled, accepted = [], [], []
+    for build in fix.ctx.builds:
+        scan = replace(scan, written_for=fix.ctx.scan.written_for)
+        result = auditor.run(scan, OpenedBuild(build.surface))
+        for finding in result.findings:
+            if finding.status not in FAILING:
+                continue
+            why = next((why for c, why in accepting if c.covers(finding)), None)
+            if any(c.covers(finding) for c in claims):
+                claimed.append((build.version, finding))
+            elif why is not None:
+                accepted.append((build.version, finding, why))
+            else:
+                unhandled.append((build.version, finding))
+    return Verification(tuple(b.version for b in fix.ctx.builds), tuple(claimed), tuple(unhandled),
+                        tuple(accepted))

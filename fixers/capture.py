@@ -1,0 +1,206 @@
+"""Replacement forwards that capture hidden states: the build's model conventions (embedding method, how its
+forward calls the decoder layers and with which extra arguments, the wrappers around the decoder stack, the
+EAGLE-3 marker) keep changing under a forward the consumer wrote for one build.
+
+The fix removes the cause: the shim leaves the build's own forward in place and observes the decoder layers
+with forward hooks, so the layers are called with the build's own convention and arguments, the embedding is
+the build's own, and the stack is found through the wrappers the audited builds use. What a hook captures,
+when, and where it goes are the consumer's own expressions, read from its replacement forward.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from compat.consumer.model import Kind, ModelPatch
+from compat.errors import CompatError
+from compat.facts import models
+from compat.fix.context import FixContext
+from compat.fix.edits import ReplaceStatements
+from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
+from compat.fix.source import function_of, segment, statement_at
+from fixers import Fixer
+
+CODE = '''
+def decoder_stack(model):
+    """The module holding the decoder layers, through the wrappers the audited builds put around it."""
+    for path in _STACK_PATHS:
+        obj = model
+        for name in path:
+            obj = getattr(obj, name, None)
+        if obj is not None and hasattr(obj, "layers"):
+            return obj
+    raise ValueError(f"{type(model).__name__} has no decoder stack at "
+                     + " or ".join("model." + ".".join(p) for p in _STACK_PATHS))
+
+
+def capture_layers(model, layer_ids, store, when, value):
+    """Capture what decoder layers ``layer_ids`` output, with forward hooks: the build's own forward runs
+    (its embedding, its layer calls and their extra arguments). For each forward pass on which ``when()``
+    holds, ``store`` gets one list, in layer order, of ``value(*outputs)`` of each captured layer (layers
+    of other pipeline stages are not here). Returns the hook handles."""
+    stack = decoder_stack(model)
+    local = [i for i in sorted(layer_ids)
+             if i < len(stack.layers) and type(stack.layers[i]).__name__ != "PPMissingLayer"]
+    if not local:
+        return []
+    captured = []
+
+    def hook_for(index):
+        def hook(module, inputs, output):
+            if not when():
+                return
+            captured.append(value(*output) if isinstance(output, tuple) else value(output))
+            if index == local[-1]:
+                store(list(captured))
+                captured.clear()
+
+        return hook
+
+    return [stack.layers[i].register_forward_hook(hook_for(i)) for i in local]
+'''
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What the consumer's replacement forward captures, as expressions of the installing method."""
+
+    layer_ids: str
+    store: str
+    when: str
+    value: str
+
+
+def _replacement(ctx: FixContext, patch: ModelPatch) -> ast.FunctionDef:
+    function = function_of(ctx.root, patch.definition.file, patch.definition.line)
+    if function is None or function.name != patch.function.rpartition(".")[2]:
+        raise CompatError(f"cannot find the replacement forward {patch.function} at {patch.definition}")
+    return function  # type: ignore[return-value]
+
+
+def _read_capture(forward: ast.FunctionDef) -> Capture:
+    """The layer ids, the store call, the rank condition and the captured value of a forward written as
+    ``for ... layer in ...self.layers...: a, b = layer(...); if idx in <ids>: <list>.append(<value>)``
+    followed by ``<ext>.<store>(<list>)``, with ``<ext> = self.<link>``."""
+    names = {t.id: node.value for node in ast.walk(forward) if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name)}
+    loop = next((n for n in ast.walk(forward) if isinstance(n, ast.For) and "self.layers" in ast.unparse(n.iter)),
+                None)
+    if loop is None:
+        raise CompatError("the replacement forward does not loop over self.layers")
+    outputs = next((n.targets[0] for n in loop.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                    and isinstance(n.targets[0], ast.Tuple)), None)
+    appends = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+               and n.func.attr == "append" and len(n.args) == 1]
+    guard = next((n for n in ast.walk(loop) if isinstance(n, ast.If) and isinstance(n.test, ast.Compare)
+                  and isinstance(n.test.ops[0], ast.In)), None)
+    if outputs is None or not appends or guard is None:
+        raise CompatError("the replacement forward does not capture `a, b = layer(...)` outputs of selected "
+                          "layers with `if index in ids: captured.append(...)`")
+    params = ", ".join(ast.unparse(e) for e in outputs.elts)  # type: ignore[attr-defined]
+    value = f"lambda {params}: {ast.unparse(appends[0].args[0])}"
+    ids_name = ast.unparse(guard.test.comparators[0])
+    ids = names.get(ids_name)
+    when = "True"
+    if isinstance(ids, ast.IfExp):
+        when = ast.unparse(names.get(ast.unparse(ids.test), ids.test))
+        ids = ids.body
+    collected = ast.unparse(appends[0].func.value)
+    store = next((n for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                  and [ast.unparse(a) for a in n.args] == [collected] and n.func.attr != "append"), None)
+    if not isinstance(ids, ast.Attribute) or store is None:
+        raise CompatError("the replacement forward's layer ids or store call are not `<extension>.<attribute>`")
+    ext = ast.unparse(ids.value)
+    if ast.unparse(store.func.value) != ext or not (isinstance(names.get(ext), ast.Attribute)
+                                                   and ast.unparse(names[ext].value) == "self"):
+        raise CompatError("the replacement forward does not reach its extension as `self.<attribute>`")
+    return Capture(f"self.{ids.attr}", f"self.{store.func.attr}", f"lambda: {when}", value)  # type: ignore[union-attr]
+
+
+def _installation(ctx: FixContext, patch: ModelPatch) -> tuple[list[str], int, str]:
+    """The statements that install the forward (``base = model.model``, ``base.<link> = self``, ``base.forward
+    = MethodType(...)``), their first line, and the top-level model they start from."""
+    file, line = patch.location.file, patch.location.line
+    function = function_of(ctx.root, file, line)
+    index = statement_at(function.body, line) if function else None
+    if function is None or index is None:
+        raise CompatError(f"cannot find the forward's installation at {patch.location}")
+    target = ast.unparse(function.body[index].targets[0].value)  # type: ignore[attr-defined]
+    first = index
+    while first > 0:
+        stmt = function.body[first - 1]
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and ast.unparse(stmt.targets[0]).split(".")[0]
+                == target):
+            break
+        first -= 1
+    definition = function.body[first]
+    if not (isinstance(definition, ast.Assign) and ast.unparse(definition.targets[0]) == target
+            and isinstance(definition.value, ast.Attribute)):
+        raise CompatError(f"{target} is not assigned from an attribute of the model before {patch.location}")
+    statements = [segment(ctx.root, file, s) for s in function.body[first:index + 1]]
+    return [s.strip() for s in statements], function.body[first].lineno, ast.unparse(definition.value.value)
+
+
+class LayerHooks(Fixer):
+    def plan(self, ctx: FixContext) -> FixerPlan:
+        plan = FixerPlan(self.name)
+        failing = ctx.failing("model")
+        if not failing:
+            return plan
+        for patch in ctx.scan.model_patches:
+            try:
+                capture = _read_capture(_replacement(ctx, patch))
+                statements, line, model = _installation(ctx, patch)
+            except CompatError as exc:
+                plan.unhandled += [Unhandled(f, str(exc)) for _, f in failing]
+                continue
+            call = (f"{ctx.shim.alias}.capture_layers(\n    {model},\n    layer_ids={capture.layer_ids},\n"
+                    f"    store={capture.store},\n    when={capture.when},\n    value={capture.value},\n)\n")
+            plan.edits.append(ReplaceStatements(patch.location.file, line, statements[0], expected=tuple(statements),
+                                                replacement=call))
+            plan.edits += self._eagle3_checks(ctx, patch, failing)
+            plan.notes.append(f"{patch.location}: the replacement forward {patch.function.rpartition('.')[2]} is "
+                              "replaced by forward hooks on the decoder layers (the build's own forward runs)")
+        if plan.edits:
+            paths = sorted({tuple(b.fact(models.FACT, arch).path or ()) for b in ctx.builds
+                            for arch in _architectures(failing)} - {()})
+            plan.pieces.append(ShimPiece("capture:layers", f"_STACK_PATHS = {tuple(paths)!r}\n\n{CODE}",
+                                         "decoder layers observed by hooks; the stack found through the wrappers "
+                                         f"of the audited builds ({', '.join('.'.join(p) for p in paths)})"))
+            plan.claims.append(Claim("model"))
+        return plan
+
+    def _eagle3_checks(self, ctx: FixContext, patch: ModelPatch, failing) -> list[ReplaceStatements]:
+        """``if not supports_eagle3(model): raise ...``: the hooks need a decoder stack, not the EAGLE-3 marker
+        (which some builds' models lack although they run the consumer's capture fine)."""
+        if not any(f.symbol.endswith(":eagle3") for _, f in failing):
+            return []
+        edits = []
+        for tp in ctx.scan.touchpoints:
+            if tp.kind != Kind.CALL or not tp.symbol.endswith("supports_eagle3") or tp.location.file != \
+                    patch.location.file:
+                continue
+            function = function_of(ctx.root, tp.location.file, tp.location.line)
+            index = statement_at(function.body, tp.location.line) if function else None
+            stmt = function.body[index] if function and index is not None else None
+            if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.UnaryOp):
+                model = ast.unparse(stmt.test.operand.args[0])  # type: ignore[attr-defined]
+                edits.append(ReplaceStatements(tp.location.file, stmt.lineno, "if not supports_eagle3(...)",
+                                               expected=(segment(ctx.root, tp.location.file, stmt).strip(),),
+                                               replacement=f"{ctx.shim.alias}.decoder_stack({model})\n"))
+        return edits
+
+
+def _architectures(failing) -> set[str]:
+    return {f.symbol.split(":")[0] for _, f in failing}
+
+
+FIXER = LayerHooks(
+    name="capture",
+    description="A replacement forward that captures decoder-layer outputs: replaced by forward hooks on the "
+                "layers, so the build's own forward (its embedding, layer calls and extra arguments) runs and the "
+                "stack is found through the audited builds' wrappers.",
+    handles=("model",),
+    order=60,
+)
