@@ -37,7 +37,7 @@ def _extract(model: Path, out: Path, layer_ids: str, dtype: str) -> list[dict]:
     prompts.write_text(json.dumps(_prompts()))
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
     # A batch budget under the longest prompt forces chunked prefill across scheduler steps.
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "vllm_extract.py"), str(model), str(out),
+    proc = subprocess.run([sys.executable, "-m", "compat.extract.native", str(model), str(out),
                            "--layer-ids", layer_ids, "--dtype", dtype, "--prompts", str(prompts),
                            "--max-num-batched-tokens", "128"], capture_output=True, text=True, env=env,
                           timeout=400)

@@ -21,7 +21,7 @@ from compat.cache import atomic_write_text
 from compat.consumer.model import Scan
 from compat.consumer.scan import scan_tree
 from compat.consumer.source import open_consumer
-from compat.errors import CompatError
+from compat.errors import CompatError, UnknownVersion
 from compat.findings import Finding
 from compat.fix.context import FAILING, AuditedBuild, FixContext, Shim
 from compat.fix.edits import Edit, ImportShim, RouteImport
@@ -82,7 +82,10 @@ class Verification:
 def audit_range(scan: Scan, spec: str, target: str = "vllm") -> tuple[AuditedBuild, ...]:
     """The consumer audited against every build ``spec`` names, oldest first."""
     auditor = Auditor(AuditOptions(confirm="never", target=target))
-    kind, _ = index.parse_request(spec)
+    try:
+        kind, _ = index.parse_request(spec)
+    except UnknownVersion:
+        kind = "build"  # installed, a path, a wheel or sdist
     specs = [str(v) for v in index.resolve_range(target, spec)] if kind == "range" else [spec]
     if not specs:
         raise CompatError(f"--vllm {spec!r}: no release of {target} matches")

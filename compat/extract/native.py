@@ -1,6 +1,7 @@
-"""Run vLLM's own hidden-state extraction on CPU and list what it wrote (a driver for the engine tests).
+"""Run vLLM's own hidden-state extraction on CPU and list what it wrote (the reference for ``compat.extract
+--check`` and a driver for the engine tests).
 
-    python tests/vllm_extract.py MODEL OUT_DIR --layer-ids 3,0,2 --dtype float32 --prompts prompts.json
+    python -m compat.extract.native MODEL OUT_DIR --layer-ids 3,0,2 --dtype float32 --prompts prompts.json
 
 Speculative method ``extract_hidden_states`` with ``compat.cpu_connector.SyncHiddenStatesConnector`` (vLLM's
 ``ExampleHiddenStatesConnector`` minus its CUDA-only copy), loaded through ``kv_connector_module_path``.

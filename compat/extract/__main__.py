@@ -1,0 +1,3 @@
+from compat.extract.cli import run
+
+run()
