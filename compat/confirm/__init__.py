@@ -21,11 +21,27 @@ ENTRY = "compat.confirm.engine"
 LOG_TAIL = 4000
 
 
+def transformers_major() -> int:
+    """The major version of the transformers this Python would import (read from its metadata, not imported)."""
+    import importlib.metadata
+
+    from packaging.version import Version
+
+    return Version(importlib.metadata.version("transformers")).major
+
+
 def tiny_model(arch: str = "llama") -> Path:
-    """A tiny random-weight model built once into the cache (``compat.models``)."""
+    """A tiny random-weight model built once into the cache (``compat.models``), by the transformers of the
+    Python that runs the confirmation, which is the one its engines load the model with.
+
+    The cache is kept per transformers major version: what ``save_pretrained`` writes changed between 4 and
+    5 (a tokenizer saved by 5 names a tokenizer class 4 does not have: "Failed to load the tokenizer"), and
+    engine environments of older vLLM releases run transformers 4 next to ones that run 5.
+    """
     from compat import models
 
-    directory = cache_dir() / "models" / f"{arch}-{hashlib.sha256(models.__file__.encode()).hexdigest()[:8]}"
+    key = hashlib.sha256(models.__file__.encode()).hexdigest()[:8]
+    directory = cache_dir() / "models" / f"{arch}-transformers{transformers_major()}-{key}"
     if not (directory / "config.json").exists():
         models.build(arch, directory)
     return directory
