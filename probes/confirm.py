@@ -80,6 +80,11 @@ class ConfirmProbe(Probe):
             yield self._compare("replies", f"MultiprocExecutor.collective_rpc {key.replace('_', ' ')} "
                                 f"(tensor parallel {tp})", None if static.error else getattr(static, key),
                                 getattr(seen.multiproc, key))
+        if seen.uniproc is not None and seen.multiproc_class is not None:
+            yield self._compare("replies", "multiprocess executor class", static.executor, seen.multiproc_class)
+        if seen.uniproc is not None and seen.uniproc_class is not None:
+            yield self._compare("replies", "single-process executor class",
+                                facts.uniproc.executor if facts.uniproc is not None else None, seen.uniproc_class)
         if seen.uniproc is not None and facts.uniproc is not None:
             uniproc = facts.uniproc
             yield self._compare("replies", "UniProcExecutor.collective_rpc accepts unique_reply_rank",

@@ -45,19 +45,36 @@ def _shape(reply: Any, marker: list[str]) -> str:
     return f"other:{type(reply).__name__}"
 
 
+def executor_class(config: Any) -> type:
+    """The executor class the build itself picks for ``config``'s distributed backend (``mp``, ``uni``).
+
+    Asked of the build, not imported from a fixed module: the single-process executor moved (it is
+    ``vllm.v1.executor.abstract.UniProcExecutor`` in some builds, ``vllm.v1.executor.uniproc_executor`` in
+    others), and ``Executor.get_class`` is what the engine uses to find it.
+    """
+    from vllm.v1.executor.abstract import Executor
+
+    return Executor.get_class(config)
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def replies(spec: dict) -> dict:
     """collective_rpc reply shapes on MultiprocExecutor (tensor parallel ``tp``) and UniProcExecutor."""
     from vllm.engine.arg_utils import EngineArgs
-    from vllm.v1.executor.multiproc_executor import MultiprocExecutor
 
     out: dict[str, Any] = {}
     marker = ["layer-0", "layer-1", "layer-2"]
     args = EngineArgs(model=spec["model"], dtype=spec["dtype"], tensor_parallel_size=spec["tp"], enforce_eager=True,
                       max_model_len=256, worker_extension_cls=EXTENSION, distributed_executor_backend="mp")
     config = args.create_engine_config()
+    multiproc = executor_class(config)
+    out["multiproc_class"] = _qualname(multiproc)
     start = time.time()
-    step(f"start MultiprocExecutor (tensor parallel {spec['tp']})")
-    executor = MultiprocExecutor(config)
+    step(f"start {multiproc.__name__} (tensor parallel {spec['tp']})")
+    executor = multiproc(config)
     out["executor_start_s"] = round(time.time() - start, 2)
     try:
         step("MultiprocExecutor.collective_rpc")
@@ -68,12 +85,13 @@ def replies(spec: dict) -> dict:
     finally:
         executor.shutdown()
     if spec["tp"] == 1:
-        from vllm.v1.executor.uniproc_executor import UniProcExecutor
-
         uni_args = EngineArgs(model=spec["model"], dtype=spec["dtype"], enforce_eager=True, max_model_len=256,
                               worker_extension_cls=EXTENSION, distributed_executor_backend="uni")
-        step("start UniProcExecutor")
-        uni = UniProcExecutor(uni_args.create_engine_config())
+        uni_config = uni_args.create_engine_config()
+        uniproc = executor_class(uni_config)
+        out["uniproc_class"] = _qualname(uniproc)
+        step(f"start {uniproc.__name__}")
+        uni = uniproc(uni_config)
         try:
             step("UniProcExecutor.collective_rpc")
             params = inspect.signature(uni.collective_rpc).parameters

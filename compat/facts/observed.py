@@ -57,6 +57,9 @@ class RepliesSeen:
     multiproc: MultiprocReplies
     uniproc: UniprocReplies | None = None
     executor_start_s: float | None = None
+    multiproc_class: str | None = None
+    uniproc_class: str | None = None
+    """The executor classes the build picks for the ``mp`` and ``uni`` backends (``Executor.get_class``)."""
 
 
 @dataclass(frozen=True)
