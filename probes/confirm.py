@@ -108,7 +108,8 @@ class ConfirmProbe(Probe):
                        kind="runtime", touchpoint=f"confirm:{label}", confirmation=confirmation)
 
     def _failed(self, what: str, run: observed.Run, probes: tuple[str, ...]) -> Finding:
-        """A check that raised is an error; one that died by a signal or timed out confirms nothing (unknown)."""
+        """A check that raised is an error; one that died by a signal or timed out, or whose model the engine
+        refused to run, confirms nothing (unknown, with the reason)."""
         extra = tuple((key, str(value)) for key, value in (("last_step", run.last_step), ("signal", run.signal))
                       if value)
         if run.unconfirmed:
@@ -117,6 +118,13 @@ class ConfirmProbe(Probe):
                            fix="see the log tail; the static verdicts stand unconfirmed", kind="runtime",
                            touchpoint=f"confirm:{what}",
                            confirmation=Confirmation(probes, None, f"could not confirm: {run.unconfirmed}"))
+        if run.unsupported:
+            reason = f"the engine cannot run it here: {run.unsupported}"
+            return Finding(self.name, Status.UNKNOWN, what, None, None, f"could not confirm {what} on a real engine: "
+                           f"{reason}", Evidence(traceback=run.traceback or run.log, extra=extra),
+                           fix="confirm it on a build or platform that runs the model; the static verdicts stand "
+                               "unconfirmed", kind="runtime", touchpoint=f"confirm:{what}",
+                           confirmation=Confirmation(probes, None, f"could not confirm: {reason}"))
         return Finding(self.name, Status.ERROR, what, None, None, f"runtime confirmation of {what} failed: "
                        f"{run.error}", Evidence(traceback=run.traceback or run.log, extra=extra),
                        kind="runtime", touchpoint=f"confirm:{what}")
