@@ -80,6 +80,11 @@ class ConfirmProbe(Probe):
             yield self._compare("replies", f"MultiprocExecutor.collective_rpc {key.replace('_', ' ')} "
                                 f"(tensor parallel {tp})", None if static.error else getattr(static, key),
                                 getattr(seen.multiproc, key))
+        if seen.uniproc is not None and seen.multiproc_class is not None:
+            yield self._compare("replies", "multiprocess executor class", static.executor, seen.multiproc_class)
+        if seen.uniproc is not None and seen.uniproc_class is not None:
+            yield self._compare("replies", "single-process executor class",
+                                facts.uniproc.executor if facts.uniproc is not None else None, seen.uniproc_class)
         if seen.uniproc is not None and facts.uniproc is not None:
             uniproc = facts.uniproc
             yield self._compare("replies", "UniProcExecutor.collective_rpc accepts unique_reply_rank",
@@ -103,7 +108,8 @@ class ConfirmProbe(Probe):
                        kind="runtime", touchpoint=f"confirm:{label}", confirmation=confirmation)
 
     def _failed(self, what: str, run: observed.Run, probes: tuple[str, ...]) -> Finding:
-        """A check that raised is an error; one that died by a signal or timed out confirms nothing (unknown)."""
+        """A check that raised is an error; one that died by a signal or timed out, or whose model the engine
+        refused to run, confirms nothing (unknown, with the reason)."""
         extra = tuple((key, str(value)) for key, value in (("last_step", run.last_step), ("signal", run.signal))
                       if value)
         if run.unconfirmed:
@@ -112,6 +118,13 @@ class ConfirmProbe(Probe):
                            fix="see the log tail; the static verdicts stand unconfirmed", kind="runtime",
                            touchpoint=f"confirm:{what}",
                            confirmation=Confirmation(probes, None, f"could not confirm: {run.unconfirmed}"))
+        if run.unsupported:
+            reason = f"the engine cannot run it here: {run.unsupported}"
+            return Finding(self.name, Status.UNKNOWN, what, None, None, f"could not confirm {what} on a real engine: "
+                           f"{reason}", Evidence(traceback=run.traceback or run.log, extra=extra),
+                           fix="confirm it on a build or platform that runs the model; the static verdicts stand "
+                               "unconfirmed", kind="runtime", touchpoint=f"confirm:{what}",
+                           confirmation=Confirmation(probes, None, f"could not confirm: {reason}"))
         return Finding(self.name, Status.ERROR, what, None, None, f"runtime confirmation of {what} failed: "
                        f"{run.error}", Evidence(traceback=run.traceback or run.log, extra=extra),
                        kind="runtime", touchpoint=f"confirm:{what}")

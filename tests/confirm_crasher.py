@@ -1,6 +1,7 @@
 """A stand-in for the engine checks in tests of ``compat.confirm.run_child``: it records steps as they do,
 prints to its log, then ends as the spec says (``end``, or ``end_by_dtype`` for the spec's dtype): by a signal,
-by hanging, by exiting without a result, by raising, or with a result (``ok``)."""
+by hanging, by exiting without a result, by raising, by the engine refusing the model (``unsupported``), or
+with a result (``ok``)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ def main(argv: list[str]) -> int:
     step("executor.execute_model (first call)")
     print("about to run the kernel", flush=True)
     end = spec["end_by_dtype"][spec["dtype"]] if "end_by_dtype" in spec else spec["end"]
-    if end in ("ok", "raise"):
+    if end in ("ok", "raise", "unsupported"):
         result = {"check": spec["check"], "observed": True} if end == "ok" else {
             "check": spec["check"], "error": f"RuntimeError: expect weight to be bfloat16, not {spec['dtype']}"}
+        if end == "unsupported":
+            result = {"check": spec["check"], "unsupported": "NotImplementedError: MLA is not supported on CPU."}
         atomic_write_text(Path(argv[1]), json.dumps(result))
         return 0
     if end == "hang":

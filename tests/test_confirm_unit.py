@@ -4,6 +4,7 @@ import pytest
 
 from compat.audit.pipeline import annotate_runtime
 from compat.confirm import check_in_dtypes, run_child
+from compat.confirm.engine import refusal
 from compat.facts.observed import parse_check
 from compat.findings import Finding, Status
 from probes.confirm import PROBE
@@ -81,3 +82,42 @@ def test_an_unconfirmed_check_is_unknown_and_marks_its_concerns_unconfirmed():
     runtime = dict(annotated[0].evidence.extra)["runtime"]
     assert runtime.startswith("not confirmed on a real engine: could not confirm: the engine check died by SIGILL")
     assert "runtime" not in dict(annotated[1].evidence.extra)
+
+
+def test_a_model_the_engine_refuses_in_every_dtype_is_unsupported_with_its_reason():
+    refused = in_dtypes(float32="unsupported", bfloat16="unsupported")
+    assert "error" not in refused and "unconfirmed" not in refused
+    assert refused["unsupported"].startswith("NotImplementedError: MLA is not supported on CPU. (in bfloat16; "
+                                             "earlier in float32: NotImplementedError: MLA")
+    # A refusal in one dtype still tries the next; a real error in any attempt stays an error.
+    assert in_dtypes(float32="unsupported", bfloat16="ok")["dtype"] == "bfloat16"
+    mixed = in_dtypes(float32="raise", bfloat16="unsupported")
+    assert "unsupported" not in mixed and "earlier in float32: RuntimeError" in mixed["error"]
+
+
+def test_an_unsupported_model_is_unknown_with_the_engines_reason():
+    run = parse_check(in_dtypes(float32="unsupported", bfloat16="unsupported"), "model").run
+    assert run.failed and run.unsupported
+    finding = PROBE._failed("model DeepseekV3ForCausalLM", run, ("model",))
+    assert finding.status is Status.UNKNOWN
+    assert finding.message.startswith("could not confirm model DeepseekV3ForCausalLM on a real engine: the engine "
+                                      "cannot run it here: NotImplementedError: MLA is not supported on CPU.")
+    assert finding.confirmation.agree is None
+
+
+def _raised_in(filename: str, source: str) -> BaseException:
+    try:
+        exec(compile(source, filename, "exec"), {})
+    except BaseException as exc:  # noqa: BLE001 - the exception is the test's subject
+        return exc
+    raise AssertionError("nothing raised")
+
+
+def test_only_vllms_own_not_implemented_error_is_a_refusal():
+    mla = _raised_in("/site-packages/vllm/platforms/cpu.py", "raise NotImplementedError('MLA is not supported')")
+    assert refusal(mla) is mla
+    wrapped = _raised_in("/site-packages/vllm/v1/engine/core.py", "try:\n    raise NotImplementedError('MLA')\n"
+                         "except NotImplementedError as e:\n    raise RuntimeError('Engine core failed') from e")
+    assert isinstance(refusal(wrapped), NotImplementedError)
+    assert refusal(_raised_in("/work/compat/confirm/engine.py", "raise NotImplementedError('ours')")) is None
+    assert refusal(_raised_in("/site-packages/vllm/config.py", "raise ValueError('bad')")) is None

@@ -21,11 +21,27 @@ ENTRY = "compat.confirm.engine"
 LOG_TAIL = 4000
 
 
+def transformers_major() -> int:
+    """The major version of the transformers this Python would import (read from its metadata, not imported)."""
+    import importlib.metadata
+
+    from packaging.version import Version
+
+    return Version(importlib.metadata.version("transformers")).major
+
+
 def tiny_model(arch: str = "llama") -> Path:
-    """A tiny random-weight model built once into the cache (``compat.models``)."""
+    """A tiny random-weight model built once into the cache (``compat.models``), by the transformers of the
+    Python that runs the confirmation, which is the one its engines load the model with.
+
+    The cache is kept per transformers major version: what ``save_pretrained`` writes changed between 4 and
+    5 (a tokenizer saved by 5 names a tokenizer class 4 does not have: "Failed to load the tokenizer"), and
+    engine environments of older vLLM releases run transformers 4 next to ones that run 5.
+    """
     from compat import models
 
-    directory = cache_dir() / "models" / f"{arch}-{hashlib.sha256(models.__file__.encode()).hexdigest()[:8]}"
+    key = hashlib.sha256(models.__file__.encode()).hexdigest()[:8]
+    directory = cache_dir() / "models" / f"{arch}-transformers{transformers_major()}-{key}"
     if not (directory / "config.json").exists():
         models.build(arch, directory)
     return directory
@@ -91,7 +107,7 @@ def run_child(spec: dict, timeout: float = DEFAULT_TIMEOUT_S, entry: str = ENTRY
             return {"unconfirmed": f"the {spec['check']} check ran past {timeout:.0f} s{at}", **where}
         if out_path.exists():
             result = json.loads(out_path.read_text())
-            if "error" in result:
+            if "error" in result or "unsupported" in result:
                 result["log"] = where["log"]
             return result
         if returncode < 0:
@@ -114,13 +130,18 @@ def _kill_group(proc: subprocess.Popen) -> None:
 TINY = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "DeepseekV3ForCausalLM": "deepseek_v3"}
 
 
+FAILURES = ("unconfirmed", "unsupported", "error")
+"""How a check can observe nothing: killed by a signal or a timeout, refused by the engine (it cannot run
+the model here: vLLM's NotImplementedError while starting), or raised."""
+
+
 def failed(result: dict) -> bool:
-    """The check observed nothing: it raised, died by a signal, or ran past its timeout."""
-    return "error" in result or "unconfirmed" in result
+    """The check observed nothing: it raised, the engine refused, it died by a signal or ran past its timeout."""
+    return any(key in result for key in FAILURES)
 
 
 def _outcome(result: dict) -> str:
-    return "ran" if not failed(result) else result.get("unconfirmed") or result["error"]
+    return "ran" if not failed(result) else next(result[key] for key in FAILURES if key in result)
 
 
 def check_in_dtypes(spec: dict, dtypes: tuple[str, ...], timeout: float = DEFAULT_TIMEOUT_S,
@@ -130,7 +151,7 @@ def check_in_dtypes(spec: dict, dtypes: tuple[str, ...], timeout: float = DEFAUL
     The result records the dtype it ran in and every attempt, so that the report says which was used and
     why. When every attempt failed, the last failure stands, its message naming the earlier ones; it
     stays ``unconfirmed`` when any attempt died by a signal or a timeout (the machine, not the check,
-    stopped it).
+    stopped it), and is ``unsupported`` when the engine refused the model in every dtype.
     """
     attempts: list[tuple[str, dict]] = []
     for dtype in dtypes:
@@ -142,8 +163,11 @@ def check_in_dtypes(spec: dict, dtypes: tuple[str, ...], timeout: float = DEFAUL
     result = {**result, "dtype": dtype, "attempts": [f"{d}: {_outcome(r)}" for d, r in attempts]}
     if failed(result) and len(attempts) > 1:
         earlier = "; ".join(f"in {d}: {_outcome(r)}" for d, r in attempts[:-1])
-        key = "unconfirmed" if any("unconfirmed" in r for _, r in attempts) else "error"
-        last = result.pop("unconfirmed", None) or result.pop("error")
+        if any("unconfirmed" in r for _, r in attempts):
+            key = "unconfirmed"
+        else:
+            key = "unsupported" if all("unsupported" in r for _, r in attempts) else "error"
+        last = next(result.pop(k) for k in FAILURES if k in result)
         result[key] = f"{last} (in {dtype}; earlier {earlier})"
     return result
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 import time
 import traceback
@@ -21,7 +22,10 @@ from typing import Any
 from compat.cache import atomic_write_text
 
 EXTENSION = "compat.confirm.extension.ConfirmExtension"
+STARTING = "start "
+"""The prefix of the steps that start an engine or an executor (where vLLM refuses what it cannot run)."""
 _progress: Path | None = None
+_steps: list[str] = []
 
 
 def record_steps_to(path: Path | None) -> None:
@@ -31,6 +35,7 @@ def record_steps_to(path: Path | None) -> None:
 
 def step(name: str) -> None:
     """Record the step about to run (one line, written through at once: it must survive a signal)."""
+    _steps.append(name)
     if _progress is not None:
         with _progress.open("a", encoding="utf-8") as handle:
             handle.write(name + "\n")
@@ -45,19 +50,36 @@ def _shape(reply: Any, marker: list[str]) -> str:
     return f"other:{type(reply).__name__}"
 
 
+def executor_class(config: Any) -> type:
+    """The executor class the build itself picks for ``config``'s distributed backend (``mp``, ``uni``).
+
+    Asked of the build, not imported from a fixed module: the single-process executor moved (it is
+    ``vllm.v1.executor.abstract.UniProcExecutor`` in some builds, ``vllm.v1.executor.uniproc_executor`` in
+    others), and ``Executor.get_class`` is what the engine uses to find it.
+    """
+    from vllm.v1.executor.abstract import Executor
+
+    return Executor.get_class(config)
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def replies(spec: dict) -> dict:
     """collective_rpc reply shapes on MultiprocExecutor (tensor parallel ``tp``) and UniProcExecutor."""
     from vllm.engine.arg_utils import EngineArgs
-    from vllm.v1.executor.multiproc_executor import MultiprocExecutor
 
     out: dict[str, Any] = {}
     marker = ["layer-0", "layer-1", "layer-2"]
     args = EngineArgs(model=spec["model"], dtype=spec["dtype"], tensor_parallel_size=spec["tp"], enforce_eager=True,
                       max_model_len=256, worker_extension_cls=EXTENSION, distributed_executor_backend="mp")
     config = args.create_engine_config()
+    multiproc = executor_class(config)
+    out["multiproc_class"] = _qualname(multiproc)
     start = time.time()
-    step(f"start MultiprocExecutor (tensor parallel {spec['tp']})")
-    executor = MultiprocExecutor(config)
+    step(f"{STARTING}{multiproc.__name__} (tensor parallel {spec['tp']})")
+    executor = multiproc(config)
     out["executor_start_s"] = round(time.time() - start, 2)
     try:
         step("MultiprocExecutor.collective_rpc")
@@ -68,12 +90,13 @@ def replies(spec: dict) -> dict:
     finally:
         executor.shutdown()
     if spec["tp"] == 1:
-        from vllm.v1.executor.uniproc_executor import UniProcExecutor
-
         uni_args = EngineArgs(model=spec["model"], dtype=spec["dtype"], enforce_eager=True, max_model_len=256,
                               worker_extension_cls=EXTENSION, distributed_executor_backend="uni")
-        step("start UniProcExecutor")
-        uni = UniProcExecutor(uni_args.create_engine_config())
+        uni_config = uni_args.create_engine_config()
+        uniproc = executor_class(uni_config)
+        out["uniproc_class"] = _qualname(uniproc)
+        step(f"{STARTING}{uniproc.__name__}")
+        uni = uniproc(uni_config)
         try:
             step("UniProcExecutor.collective_rpc")
             params = inspect.signature(uni.collective_rpc).parameters
@@ -176,7 +199,7 @@ def engine(spec: dict) -> dict:
     calls: list[str] = []
     patched = _record_startup(calls)
     try:
-        step("start the engine (LLM)")
+        step(f"{STARTING}the engine (LLM)")
         llm = LLM(model=spec["model"], dtype=spec["dtype"], enforce_eager=True, max_model_len=256,
                   distributed_executor_backend="uni")
     finally:
@@ -234,11 +257,30 @@ def model_only(spec: dict) -> dict:
     """Load one tiny model in an in-process engine and read its conventions from inside the worker."""
     from vllm import LLM
 
-    step("start the engine (LLM)")
+    step(f"{STARTING}the engine (LLM)")
     llm = LLM(model=spec["model"], dtype=spec["dtype"], enforce_eager=True, max_model_len=256,
               distributed_executor_backend="uni")
     step("read the model's conventions in the worker")
     return {"model": _find_core(llm).model_executor.collective_rpc(_model_facts)[0]}
+
+
+def refusal(exc: BaseException) -> BaseException | None:
+    """The ``NotImplementedError`` vLLM's own code raised (``exc`` or what caused it), or None.
+
+    vLLM says "this build cannot run that here" with NotImplementedError (``MLA is not supported on CPU``);
+    raised while an engine starts, it means the engine cannot run the model, which confirms nothing either
+    way. Any other exception is a failure of the check itself.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        frames = traceback.extract_tb(current.__traceback__)
+        if isinstance(current, NotImplementedError) and frames and \
+                f"{os.sep}vllm{os.sep}" in frames[-1].filename:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _aborted() -> Any:
@@ -259,7 +301,9 @@ def main(argv: list[str]) -> int:
         checks = {"replies": replies, "engine": engine, "model": model_only}
         result.update(checks[spec["check"]](spec))
     except BaseException as exc:  # noqa: BLE001 - reported with its traceback to the parent
-        result["error"] = f"{type(exc).__name__}: {exc}"
+        refused = refusal(exc) if _steps and _steps[-1].startswith(STARTING) else None
+        shown = refused or exc
+        result["unsupported" if refused else "error"] = f"{type(shown).__name__}: {shown}"
         result["traceback"] = traceback.format_exc()
     atomic_write_text(Path(argv[1]), json.dumps(result))
     return 0

@@ -227,16 +227,21 @@ def _layer_class(surface: StaticSurface, base: Found) -> Found | None:
         for sub in ast.walk(node):
             if isinstance(sub, ast.Lambda) and isinstance(sub.body, ast.Call):
                 callee = sub.body.func
+                # The class the expression is read in: a parameter's value comes from the subclass that
+                # passes it to super().__init__ (Qwen3Model passes decoder_layer_type=Qwen3DecoderLayer to
+                # Qwen2Model), so it is resolved in that subclass's module.
+                context = cls
                 if isinstance(callee, ast.Name):
                     params = {a.arg: d for a, d in zip(
                         node.args.args[len(node.args.args) - len(node.args.defaults):], node.args.defaults)}
                     params.update({a.arg: d for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d})
                     if callee.id in params or callee.id in [a.arg for a in node.args.args + node.args.kwonlyargs]:
-                        chosen = _super_keyword(surface, model, callee.id) or params.get(callee.id)
+                        passed = _super_keyword(surface, model, callee.id)
+                        chosen, context = passed if passed is not None else (params.get(callee.id), cls)
                         if chosen is None:
                             return None
                         callee = chosen
-                found = _resolve_in(surface, cls if not _is_self_attr(callee) else model, callee)
+                found = _resolve_in(surface, context if not _is_self_attr(callee) else model, callee)
                 if found is not None:
                     return found
     return None
@@ -259,8 +264,9 @@ def _resolve_in(surface: StaticSurface, cls: ClassModel, node: ast.expr) -> Foun
     return found if isinstance(found, Found) and found.kind == "class" else None
 
 
-def _super_keyword(surface: StaticSurface, model: ClassModel, name: str) -> ast.expr | None:
-    """``super().__init__(..., name=value)`` in the most derived ``__init__`` that passes ``name``."""
+def _super_keyword(surface: StaticSurface, model: ClassModel, name: str) -> tuple[ast.expr, ClassModel] | None:
+    """``super().__init__(..., name=value)`` in the most derived ``__init__`` that passes ``name``: the value
+    and the class whose ``__init__`` passes it (the value's names are that class's module's)."""
     for cls in surface.mro(model)[0]:
         init = _own_init(surface, cls)
         if init is None:
@@ -269,7 +275,7 @@ def _super_keyword(surface: StaticSurface, model: ClassModel, name: str) -> ast.
             if isinstance(sub, ast.Call) and ast.unparse(sub.func) == "super().__init__":
                 for kw in sub.keywords:
                     if kw.arg == name:
-                        return kw.value
+                        return kw.value, cls
     return None
 
 

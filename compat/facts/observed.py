@@ -17,8 +17,9 @@ ENGINE_ARCH = "LlamaForCausalLM"
 @dataclass(frozen=True)
 class Run:
     """How one check in a child process ended: the dtype it ran in (after ``attempts``), or why it observed
-    nothing: ``error`` (it raised; ``traceback``) or ``unconfirmed`` (it died by ``signal`` or ran past its
-    timeout), with the last step it reached and the tail of its log."""
+    nothing: ``error`` (it raised; ``traceback``), ``unconfirmed`` (it died by ``signal`` or ran past its
+    timeout) or ``unsupported`` (the engine refused to run the model here, with vLLM's reason), with the
+    last step it reached and the tail of its log."""
 
     check: str
     vllm: str | None = None
@@ -26,6 +27,7 @@ class Run:
     attempts: tuple[str, ...] = ()
     error: str | None = None
     unconfirmed: str | None = None
+    unsupported: str | None = None
     last_step: str | None = None
     signal: str | None = None
     log: str | None = None
@@ -33,7 +35,7 @@ class Run:
 
     @property
     def failed(self) -> bool:
-        return bool(self.error or self.unconfirmed)
+        return bool(self.error or self.unconfirmed or self.unsupported)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,9 @@ class RepliesSeen:
     multiproc: MultiprocReplies
     uniproc: UniprocReplies | None = None
     executor_start_s: float | None = None
+    multiproc_class: str | None = None
+    uniproc_class: str | None = None
+    """The executor classes the build picks for the ``mp`` and ``uni`` backends (``Executor.get_class``)."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import os
 import time
 import urllib.parse
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -37,6 +38,8 @@ class IndexFile:
     pure_python: bool
     sha256: str | None
     yanked: bool
+    uploaded: datetime | None = None
+    """When the file was uploaded (PEP 700 ``upload-time``; None from an index that does not say)."""
 
 
 def index_url() -> str:
@@ -108,6 +111,13 @@ def _parse_listing(body: bytes, content_type: str, base: str) -> list[dict]:
     return files
 
 
+def _uploaded(entry: dict) -> datetime | None:
+    try:
+        return datetime.fromisoformat(entry["upload-time"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _to_index_file(entry: dict) -> IndexFile | None:
     name = entry["filename"]
     try:
@@ -115,11 +125,11 @@ def _to_index_file(entry: dict) -> IndexFile | None:
             _, version, _, tags = parse_wheel_filename(name)
             pure = all(tag.abi == "none" and tag.platform == "any" for tag in tags)
             return IndexFile(name, entry["url"], version, False, pure,
-                             entry.get("hashes", {}).get("sha256"), bool(entry.get("yanked")))
+                             entry.get("hashes", {}).get("sha256"), bool(entry.get("yanked")), _uploaded(entry))
         if name.endswith((".tar.gz", ".zip")):
             _, version = parse_sdist_filename(name)
             return IndexFile(name, entry["url"], version, True, True,
-                             entry.get("hashes", {}).get("sha256"), bool(entry.get("yanked")))
+                             entry.get("hashes", {}).get("sha256"), bool(entry.get("yanked")), _uploaded(entry))
     except (InvalidVersion, ValueError):
         return None
     return None

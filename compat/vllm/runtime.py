@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import os
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,9 @@ class RuntimeSurface:
 
     def __init__(self, package: str = "vllm") -> None:
         self.package = package
+        # The report may go to standard output (--format json); vLLM logs there unless told otherwise, and
+        # older builds log while their modules are imported.
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         try:
             top = importlib.import_module(package)
         except BaseException as exc:  # noqa: BLE001 - any failure to import is the finding
