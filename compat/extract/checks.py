@@ -36,13 +36,15 @@ class Check:
     message: str
 
 
-def jobs(prompts: list[list[int]], vocab: int, max_len: int, out: Path, seed: int) -> tuple[list[list[int]],
-                                                                                             list[dict]]:
+def jobs(prompts: list[list[int]], vocab: int, max_len: int, max_model_len: int, out: Path,
+         seed: int) -> tuple[list[list[int]], list[dict]]:
     """The prompts (the run's own first) and the jobs the checks need."""
     n = len(prompts)
     extra = make.generated(320, vocab, max_len, seed=seed + 1)
     budget_prompts = make.generated(BUDGET // max_len + 2, vocab, max_len, seed=seed + 2, min_len=max_len)
-    repeated = prompts[0]
+    # Longer than a KV block (the CPU backend's blocks hold up to 128 tokens), so a cached prefix would be
+    # skipped: a shorter prompt never fills a block and no prefix of it is cached.
+    repeated = make.generated(1, vocab, max_model_len - 1, seed=seed + 3, min_len=max_model_len - 1)[0]
     allp = prompts + extra + budget_prompts + [repeated]
     base, budget0, rep = n, n + len(extra), n + len(extra) + len(budget_prompts)
     sizes = [1, 7, 16, 3, 32, 5, 11, 2, 24, 9]
@@ -55,7 +57,7 @@ def jobs(prompts: list[list[int]], vocab: int, max_len: int, out: Path, seed: in
     specs = [
         {"name": "single", "batches": [[i] for i in range(min(n, 6))] + [[i] for i in budget]},
         {"name": "batch", "batches": [list(range(min(n, 6)))]},
-        {"name": "repeated", "batches": [[0, rep, 0], [rep]]},
+        {"name": "repeated", "batches": [[rep, rep, rep], [rep]]},
         {"name": "many-calls", "batches": many},
         {"name": "budget", "batches": [budget]},
     ]

@@ -135,7 +135,7 @@ def _extract(args: argparse.Namespace) -> int:
                                    "batches": [list(range(i, min(i + args.batch_size, len(prompts))))
                                                for i in range(0, len(prompts), args.batch_size)]}]
     if args.check:
-        all_prompts, more = consistency.jobs(prompts, vocab, max_len, out, args.seed)
+        all_prompts, more = consistency.jobs(prompts, vocab, max_len, args.max_model_len, out, args.seed)
         jobs += more
     spec = {"generator": args.generator, "model": str(model), "layer_ids": layer_ids,
             "max_model_len": args.max_model_len, "tensor_parallel_size": args.tp, "dtype": args.dtype,

@@ -16,9 +16,12 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from compat.errors import CompatError
-from compat.fix.pipeline import Fix, FixOptions, plan_fix, write_copy
+
+if TYPE_CHECKING:
+    from compat.fix.pipeline import Fix
 
 PLATFORM_ONLY = "platform"
 
@@ -46,6 +49,8 @@ def stage(consumer: str, dest: Path, generator_module: str, vllm: str | None = N
           without: tuple[str, ...] = (), unpatched: bool = False) -> Staged:
     """Patch ``consumer`` for ``vllm`` (a range or build; default: every release from its pin on, so that one
     patch serves every engine) and write it to ``dest``."""
+    # Here, not at the top: an engine's own environment runs an earlier-made patched copy without LibCST.
+    from compat.fix.pipeline import FixOptions, plan_fix, write_copy
     from fixers import all_fixers
 
     if unpatched:
