@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -123,6 +124,17 @@ def evaluate(result: dict, specs: list[dict], prompts: list[list[int]], dtype: s
     return checks
 
 
+def root_cause(stderr: str) -> str:
+    """The first ``SomeError: message`` line of a failed run's log (vLLM logs a worker's error before the
+    engine's generic one), without the logger's prefix; else its last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        found = re.search(r"\b([A-Za-z_.]*(?:Error|Exception)): (.+)", line)
+        if found and not line.startswith(("warnings.warn", "File ")):
+            return f"{found.group(1)}: {found.group(2)}"
+    return lines[-1] if lines else "no output"
+
+
 def native(model: Path, out: Path, stored: list[tuple[int, dict]], prompts: list[list[int]], layer_ids: list[int],
            dtype: str, env: dict, timeout: float) -> Check:
     """vLLM's own extraction of the same prompts, compared after converting its layer numbering."""
@@ -145,8 +157,8 @@ def native(model: Path, out: Path, stored: list[tuple[int, dict]], prompts: list
                            "--layer-ids", ",".join(map(str, ids)), "--dtype", dtype, "--prompts", str(listed)],
                           capture_output=True, text=True, env=env, timeout=timeout)
     if proc.returncode != 0:
-        tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
-        return Check("native", None, f"vLLM's own extract_hidden_states did not run on this build: {tail[0]}")
+        return Check("native", None, f"vLLM's own extract_hidden_states did not run on this build: "
+                     f"{root_cause(proc.stderr)}")
     manifest = json.loads((directory / "manifest.json").read_text())
     tol = TOLERANCE.get(dtype, 2e-2)
     faults = []

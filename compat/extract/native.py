@@ -3,10 +3,11 @@
 
     python -m compat.extract.native MODEL OUT_DIR --layer-ids 3,0,2 --dtype float32 --prompts prompts.json
 
-Speculative method ``extract_hidden_states`` with ``compat.cpu_connector.SyncHiddenStatesConnector`` (vLLM's
-``ExampleHiddenStatesConnector`` minus its CUDA-only copy), loaded through ``kv_connector_module_path``.
-Each output's file is awaited with vLLM's own ``load_hidden_states`` (it sleeps on the writer's lock), its
-lock file removed with ``cleanup_hidden_states(keep_hidden_states=True)``; ``OUT_DIR/manifest.json`` lists
+Speculative method ``extract_hidden_states`` with vLLM's ``ExampleHiddenStatesConnector``; where that connector
+copies on a CUDA stream and writes later, ``compat.cpu_connector.SyncHiddenStatesConnector`` (the same minus
+its CUDA-only copy), loaded through ``kv_connector_module_path``, and each output's file is awaited with vLLM's
+own ``load_hidden_states`` (it sleeps on the writer's lock), its lock file removed with
+``cleanup_hidden_states(keep_hidden_states=True)``; ``OUT_DIR/manifest.json`` lists
 ``{"path", "prompt_token_ids"}`` per request. Runs in its own process: vLLM spawns workers and must be
 started under ``if __name__ == "__main__"``.
 """
@@ -29,27 +30,32 @@ def main() -> None:
     args = p.parse_args()
 
     from vllm import LLM, SamplingParams
-    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
-        cleanup_hidden_states,
-        load_hidden_states,
-    )
+    from vllm.distributed.kv_transfer.kv_connector.v1 import example_hidden_states_connector as stock
 
+    # Builds whose connector copies on a CUDA stream and writes from a thread pool (it has PendingSave) get the
+    # synchronous CPU subclass; earlier ones (0.17.0 ...) write each file in save_kv_layer, on CPU too.
+    writes_later = hasattr(stock, "PendingSave")
+    connector = ({"kv_connector": "SyncHiddenStatesConnector", "kv_connector_module_path": "compat.cpu_connector"}
+                 if writes_later else {"kv_connector": "ExampleHiddenStatesConnector"})
     layer_ids = [int(x) for x in args.layer_ids.split(",")]
     extra = {"max_num_batched_tokens": args.max_num_batched_tokens} if args.max_num_batched_tokens else {}
+    # On CPU builds this fraction is of the host's memory, and some refuse to start when less is free.
     llm = LLM(model=args.model, dtype=args.dtype, enforce_eager=True, max_model_len=512, seed=0,
+              gpu_memory_utilization=0.3,
               speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
                                   "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": layer_ids}}},
-              kv_transfer_config={"kv_connector": "SyncHiddenStatesConnector",
-                                  "kv_connector_module_path": "compat.cpu_connector", "kv_role": "kv_producer",
+              kv_transfer_config={**connector, "kv_role": "kv_producer",
                                   "kv_connector_extra_config": {"shared_storage_path": str(args.out)}},
               **extra)
     prompts = json.loads(args.prompts.read_text())
-    outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompts], SamplingParams(max_tokens=1))
+    greedy = SamplingParams(max_tokens=1, temperature=0.0)
+    outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompts], greedy)
     records = []
     for out in outputs:
         path = out.kv_transfer_params["hidden_states_path"]
-        load_hidden_states(path)
-        cleanup_hidden_states(path, keep_hidden_states=True)
+        if hasattr(stock, "load_hidden_states"):
+            stock.load_hidden_states(path)  # waits on the writer's lock
+            stock.cleanup_hidden_states(path, keep_hidden_states=True)
         records.append({"path": path, "prompt_token_ids": list(out.prompt_token_ids)})
     (args.out / "manifest.json").write_text(json.dumps(records))
 

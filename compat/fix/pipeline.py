@@ -113,14 +113,38 @@ def plan_fix(options: FixOptions) -> Fix:
     tree = open_consumer(options.consumer, options.target)
     scan = scan_tree(tree, options.target)
     spec = options.vllm or (f">={scan.written_for}" if scan.written_for else "latest")
-    builds = audit_range(scan, spec, options.target)
-    ctx = FixContext(scan, builds, shim_location(scan, tree))
+    shim = shim_location(scan, tree)
+    ctx = FixContext(_outside(scan, shim.path), tuple(_without_findings_in(b, shim.path)
+                                                      for b in audit_range(scan, spec, options.target)), shim)
     unknown = set(options.without) - {f.name for f in all_fixers()}
     if unknown:
         raise CompatError(f"--without {', '.join(sorted(unknown))}: no such fixer "
                           f"(fixers: {', '.join(f.name for f in all_fixers())})")
     plans = tuple(p for p in (f.plan(ctx) for f in all_fixers() if f.name not in options.without) if not p.empty)
-    return Fix(tree, ctx, plans, edit_files(tree.root, ctx, plans))
+    files = edit_files(tree.root, ctx, plans)
+    if any(rel != shim.path and old != new for rel, (old, new) in files.items()) and _generated(tree.root / shim.path):
+        raise CompatError(f"{tree.root / shim.path}: this consumer was already patched by compat.fix, and the new "
+                          f"fix for {ctx.versions} needs more edits; fix the original sources instead (a new shim "
+                          "would drop what the earlier edits rely on)")
+    return Fix(tree, ctx, plans, files)
+
+
+def _outside(scan: Scan, path: str) -> Scan:
+    """The scan without the shim's own code: the shim is generated, fixers never edit it."""
+    return replace(scan, touchpoints=tuple(tp for tp in scan.touchpoints if tp.location.file != path))
+
+
+def _without_findings_in(build: AuditedBuild, path: str) -> AuditedBuild:
+    return replace(build, findings=tuple(f for f in build.findings
+                                         if (f.consumer_location or "").partition(":")[0] != path))
+
+
+def _generated(path: Path) -> bool:
+    """Whether ``path`` is a shim this tool generated."""
+    try:
+        return path.read_text(encoding="utf-8").startswith('"""vLLM compatibility shim for ')
+    except OSError:
+        return False
 
 
 def _merged(edits: Sequence[Edit]) -> list[Edit]:

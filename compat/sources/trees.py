@@ -222,7 +222,9 @@ def tree_from_path(path: Path, package: str | None = None) -> SourceTree:
         files = tuple(sorted(p for p in path.rglob("*.py") if "__pycache__" not in p.parts))
         return SourceTree(root, path.name, None, f"directory {path}", (), files)
     root = _find_root(path, package)
-    return SourceTree(root, path.name, _git_version(path), f"source directory {path}")
+    # An unpacked wheel (or a patched copy of one) names itself; a directory of many distributions does not.
+    name, version, requires = _read_metadata(path) if len(list(path.glob("*.dist-info"))) <= 1 else (None, None, ())
+    return SourceTree(root, name or path.name, version or _git_version(path), f"source directory {path}", requires)
 
 
 def _git_version(path: Path) -> str | None:
