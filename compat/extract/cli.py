@@ -24,6 +24,7 @@ from compat.cli import guarded
 from compat.errors import CompatError
 from compat.extract import checks as consistency
 from compat.extract import prompts as make
+from compat.extract.progress import follow
 from compat.extract.verdict import predictable, validate
 
 GENERATOR = "speculators.data_generation.vllm_hidden_states_generator:VllmHiddenStatesGenerator"
@@ -91,11 +92,15 @@ def _model(args: argparse.Namespace) -> Path:
 def _run_child(spec: dict, work: Path, env: dict, timeout: float) -> dict:
     spec_path, result_path, log = work / "spec.json", work / "result.json", work / "engine.log"
     spec_path.write_text(json.dumps(spec))
+    total = sum(len(batch) for job in spec["jobs"] for batch in job["batches"])
     with log.open("w") as handle:
+        child = subprocess.Popen([sys.executable, "-m", "compat.extract.runner", str(spec_path), str(result_path)],
+                                 stdout=handle, stderr=subprocess.STDOUT, env=env)
         try:
-            subprocess.run([sys.executable, "-m", "compat.extract.runner", str(spec_path), str(result_path)],
-                           stdout=handle, stderr=subprocess.STDOUT, env=env, timeout=timeout, check=False)
+            follow(child, Path(spec["progress"]), total, timeout)
         except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
             return {"error": f"TimeoutExpired: the engine run passed {timeout:.0f} s", "log": log.read_text()[-4000:]}
     if not result_path.exists():
         return {"error": "the engine run ended without a result", "log": log.read_text()[-4000:]}
@@ -139,7 +144,7 @@ def _extract(args: argparse.Namespace) -> int:
         jobs += more
     spec = {"generator": args.generator, "model": str(model), "layer_ids": layer_ids,
             "max_model_len": args.max_model_len, "tensor_parallel_size": args.tp, "dtype": args.dtype,
-            "prompts": all_prompts, "jobs": jobs}
+            "prompts": all_prompts, "jobs": jobs, "progress": str(out / "progress.json")}
     env = _env(staged_root, args.tp)
     result = _run_child(spec, out, env, args.timeout)
     report["run"] = {k: v for k, v in result.items() if k != "log"}

@@ -4,7 +4,8 @@ once, run every job's batches through it, and save each sample in the consumer's
     python -m compat.extract.runner SPEC.json RESULT.json
 
 SPEC: ``generator`` (``module:Class``), ``model``, ``layer_ids``, ``max_model_len``, ``tensor_parallel_size``,
-``dtype`` (``auto`` keeps the consumer's own), ``prompts`` (token-id lists) and ``jobs``: ``{"name", "batches":
+``dtype`` (``auto`` keeps the consumer's own), ``prompts`` (token-id lists), ``progress`` (optional: a file
+rewritten after each batch with ``{"job", "done"}``, the samples saved so far) and ``jobs``: ``{"name", "batches":
 [[prompt index, ...], ...], "out"}``. Each sample is saved as ``out/data_<n>.pt`` (n counts the job's samples
 in order), ``{"input_ids", "hidden_states": [per layer], "loss_mask"}``, the loss mask all ones (the prompts
 carry no chat roles). RESULT gets timings and the saved files, or the error with its traceback.
@@ -61,6 +62,8 @@ def run(spec: dict) -> dict:
     if config is not None:
         result["engine_dtype"] = str(config.model_config.dtype).removeprefix("torch.")
     prompts = spec["prompts"]
+    progress = Path(spec["progress"]) if spec.get("progress") else None
+    done = 0
     for job in spec["jobs"]:
         out = Path(job["out"])
         out.mkdir(parents=True, exist_ok=True)
@@ -74,6 +77,9 @@ def run(spec: dict) -> dict:
                 _save(sample, path)
                 files.append({"file": path.name, "prompt": index})
                 tokens += len(prompts[index])
+            done += len(batch)
+            if progress is not None:
+                atomic_write_text(progress, json.dumps({"job": job["name"], "done": done}))
         result["jobs"][job["name"]] = {"files": files, "tokens": tokens,
                                        "seconds": round(time.perf_counter() - start, 3)}
     return result
