@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compat.extract import prompts as make
+from compat.extract.native import NOT_HERE
 
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
 BUDGET = 8192
@@ -128,6 +129,9 @@ def root_cause(stderr: str) -> str:
     """The first ``SomeError: message`` line of a failed run's log (vLLM logs a worker's error before the
     engine's generic one), without the logger's prefix; else its last line."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    said = [line.removeprefix(NOT_HERE) for line in lines if line.startswith(NOT_HERE)]
+    if said:
+        return said[0]
     for line in lines:
         found = re.search(r"\b([A-Za-z_.]*(?:Error|Exception)): (.+)", line)
         if found and not line.startswith(("warnings.warn", "File ")):

@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+NOT_HERE = "compat.extract.native: "
+"""Starts the line that says this build has no such path (the check reads it as the reason)."""
 
 
 def main() -> None:
@@ -29,8 +33,14 @@ def main() -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     args = p.parse_args()
 
+    import vllm
     from vllm import LLM, SamplingParams
-    from vllm.distributed.kv_transfer.kv_connector.v1 import example_hidden_states_connector as stock
+
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.v1 import example_hidden_states_connector as stock
+    except ImportError as exc:
+        sys.exit(f"{NOT_HERE}vLLM {vllm.__version__} has no hidden-states connector, so no extract_hidden_states "
+                 f"path ({type(exc).__name__}: {exc})")
 
     # Builds whose connector copies on a CUDA stream and writes from a thread pool (it has PendingSave) get the
     # synchronous CPU subclass; earlier ones (0.17.0 ...) write each file in save_kv_layer, on CPU too.
