@@ -8,7 +8,8 @@ SPEC: ``generator`` (``module:Class``), ``model``, ``layer_ids``, ``max_model_le
 rewritten after each batch with ``{"job", "done"}``, the samples saved so far) and ``jobs``: ``{"name", "batches":
 [[prompt index, ...], ...], "out"}``. Each sample is saved as ``out/data_<n>.pt`` (n counts the job's samples
 in order), ``{"input_ids", "hidden_states": [per layer], "loss_mask"}``, the loss mask all ones (the prompts
-carry no chat roles). RESULT gets timings and the saved files, or the error with its traceback.
+carry no chat roles). RESULT gets timings (each job's ``seconds``, of which ``generate_s`` in the generator)
+and the saved files, or the error with its traceback.
 """
 
 from __future__ import annotations
@@ -67,9 +68,11 @@ def run(spec: dict) -> dict:
     for job in spec["jobs"]:
         out = Path(job["out"])
         out.mkdir(parents=True, exist_ok=True)
-        files, tokens, start = [], 0, time.perf_counter()
+        files, tokens, start, generating = [], 0, time.perf_counter(), 0.0
         for batch in job["batches"]:
+            began = time.perf_counter()
             samples = generator.generate([prompts[i] for i in batch])
+            generating += time.perf_counter() - began
             if len(samples) != len(batch):
                 raise RuntimeError(f"job {job['name']}: {len(batch)} prompts gave {len(samples)} samples")
             for index, sample in zip(batch, samples):
@@ -81,7 +84,8 @@ def run(spec: dict) -> dict:
             if progress is not None:
                 atomic_write_text(progress, json.dumps({"job": job["name"], "done": done}))
         result["jobs"][job["name"]] = {"files": files, "tokens": tokens,
-                                       "seconds": round(time.perf_counter() - start, 3)}
+                                       "seconds": round(time.perf_counter() - start, 3),
+                                       "generate_s": round(generating, 3)}
     return result
 
 
