@@ -68,8 +68,7 @@ def test_predictable_model_has_every_layer_in_its_place(tmp_path):
 
 
 def test_consumer_as_released_fails_on_the_installed_build(tmp_path):
-    _installed()
-    proc, report = extract("--unpatched", out=tmp_path / "run")
+    proc, report = extract("--unpatched", "--vllm", _installed(), out=tmp_path / "run")
     assert proc.returncode == 1
     assert "is_encoder_decoder" in report["run"]["error"]
     assert "Traceback" in report["run"]["traceback"]
