@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _env(stage: Path, tp: int) -> dict:
     root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(stage), root]))
+    # The staged consumer first, then this project, then whatever the caller's path already holds.
+    path = [str(stage), root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
