@@ -151,3 +151,17 @@ def test_cli_report_that_is_not_an_audit_report(tmp_path):
     bad.write_text(json.dumps({"not": "a report"}))
     out = _fix_cli("--report", str(bad))
     assert out.returncode == 2 and "not an audit JSON report" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_takes_consumer_and_build_from_an_audit_report(tmp_path):
+    audit = subprocess.run([sys.executable, "-m", "compat.audit", "--vllm", "0.33.0", "--format", "json",
+                            "--no-reports"], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert audit.returncode == 1 and audit.stdout.startswith("{"), audit.stderr[-2000:]
+    report = tmp_path / "audit.json"
+    report.write_text(audit.stdout)
+    out = _fix_cli("--report", str(report))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr.startswith("compat.fix: speculators 0.3.0 for vLLM 0.33.0\n")
+    assert "re-audit of the patched consumer against 1 builds: clean" in out.stderr
+    assert "+++ b/speculators/_vllm_compat.py" in out.stdout
