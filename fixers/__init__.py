@@ -10,10 +10,10 @@ of the consumer's files, and claims on the findings it fixes. Adding a fixer mea
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from compat.registry import collect
 
 if TYPE_CHECKING:
     from compat.fix.context import FixContext
@@ -34,12 +34,4 @@ class Fixer:
 
 def all_fixers() -> list[Fixer]:
     """Every fixer in this package, in registry order (``Fixer.order``, then name)."""
-    found: list[Fixer] = []
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        fixer = getattr(module, "FIXER", None)
-        if isinstance(fixer, Fixer):
-            found.append(fixer)
-    return sorted(found, key=lambda f: (f.order, f.name))
+    return collect(__name__, __path__, "FIXER", Fixer)
