@@ -88,6 +88,32 @@ def _run(module: cst.Module, transformer: _AtLine) -> cst.Module:
     return MetadataWrapper(module, unsafe_skip_copy=True).visit(transformer)
 
 
+class _InBody(_AtLine):
+    """Looks at each block of statements (a module's or an indented block's) that holds a statement starting
+    on the line, and lets ``change`` rewrite that block."""
+
+    def change(self, statements: list[cst.BaseStatement], index: int) -> list[cst.BaseStatement] | None:
+        """The block with the statement at ``index`` edited, or None to leave it."""
+        raise NotImplementedError
+
+    def _in(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+        body = getattr(updated, "body", None)
+        if not isinstance(body, Sequence) or isinstance(body, cst.BaseSuite):
+            return updated
+        for index, stmt in enumerate(getattr(original, "body", ())):
+            if isinstance(stmt, cst.BaseStatement) and self.at_line(stmt):
+                changed = self.change(list(body), index)
+                if changed is not None:
+                    return updated.with_changes(body=changed)
+        return updated
+
+    def leave_IndentedBlock(self, original, updated):
+        return self._in(original, updated)
+
+    def leave_Module(self, original, updated):
+        return self._in(original, updated)
+
+
 @dataclass(frozen=True)
 class RouteImport(Edit):
     """``from module import a, b`` on ``line``: the ``names`` are imported from the shim module instead."""
@@ -281,30 +307,17 @@ class ReplaceStatements(Edit):
     def apply(self, module: cst.Module) -> cst.Module:
         edit = self
 
-        class Replace(_AtLine):
-            def _in(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
-                body = getattr(updated, "body", None)
-                if not isinstance(body, Sequence) or isinstance(body, cst.BaseSuite):
-                    return updated
-                statements = list(body)
-                for index, stmt in enumerate(getattr(original, "body", ())):
-                    if not isinstance(stmt, cst.BaseStatement) or not self.at_line(stmt):
-                        continue
-                    window = statements[index:index + len(edit.expected)]
-                    if [_squeeze(_code(s)) for s in window] == [_squeeze(e) for e in edit.expected]:
-                        self.changed += 1
-                        new = list(cst.parse_module(edit.replacement).body)
-                        new[0] = new[0].with_changes(leading_lines=statements[index].leading_lines)
-                        return updated.with_changes(body=statements[:index] + new + statements[index + len(window):])
-                    if _squeeze(_code(statements[index])) == _squeeze(edit.replacement):
-                        self.done += 1
-                return updated
-
-            def leave_IndentedBlock(self, original, updated):
-                return self._in(original, updated)
-
-            def leave_Module(self, original, updated):
-                return self._in(original, updated)
+        class Replace(_InBody):
+            def change(self, statements, index):
+                window = statements[index:index + len(edit.expected)]
+                if [_squeeze(_code(s)) for s in window] == [_squeeze(e) for e in edit.expected]:
+                    self.changed += 1
+                    new = list(cst.parse_module(edit.replacement).body)
+                    new[0] = new[0].with_changes(leading_lines=statements[index].leading_lines)
+                    return statements[:index] + new + statements[index + len(window):]
+                if _squeeze(_code(statements[index])) == _squeeze(edit.replacement):
+                    self.done += 1
+                return None
 
         replace = Replace(self.line)
         result = _run(module, replace)
@@ -342,29 +355,15 @@ class InsertAfter(Edit):
         edit = self
         new = cst.parse_statement(self.code if self.code.endswith("\n") else self.code + "\n")
 
-        class Insert(_AtLine):
-            def _in(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
-                body = getattr(updated, "body", None)
-                if not isinstance(body, Sequence) or isinstance(body, cst.BaseSuite):
-                    return updated
-                statements = list(body)
-                for index, stmt in enumerate(getattr(original, "body", ())):
-                    if not isinstance(stmt, cst.BaseStatement) or not self.at_line(stmt):
-                        continue
-                    if _squeeze(_code(stmt)) != _squeeze(edit.expected):
-                        continue
-                    if index + 1 < len(statements) and _squeeze(_code(statements[index + 1])) == _squeeze(edit.code):
-                        self.done += 1
-                        return updated
-                    self.changed += 1
-                    return updated.with_changes(body=statements[:index + 1] + [new] + statements[index + 1:])
-                return updated
-
-            def leave_IndentedBlock(self, original, updated):
-                return self._in(original, updated)
-
-            def leave_Module(self, original, updated):
-                return self._in(original, updated)
+        class Insert(_InBody):
+            def change(self, statements, index):
+                if _squeeze(_code(statements[index])) != _squeeze(edit.expected):
+                    return None
+                if index + 1 < len(statements) and _squeeze(_code(statements[index + 1])) == _squeeze(edit.code):
+                    self.done += 1
+                    return None
+                self.changed += 1
+                return statements[:index + 1] + [new] + statements[index + 1:]
 
         insert = Insert(self.line)
         result = _run(module, insert)
