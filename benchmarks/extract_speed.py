@@ -38,8 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from compat.cache import cache_dir  # noqa: E402
 from compat.extract import prompts as make  # noqa: E402
-from compat.extract.cli import _env  # noqa: E402
-from compat.extract.stage import copy_patched, stage  # noqa: E402
+from compat.extract.stage import child_env, copy_patched, stage  # noqa: E402
 
 GENERATOR = "speculators.data_generation.vllm_hidden_states_generator:VllmHiddenStatesGenerator"
 MAX_MODEL_LEN = 512  # the tiny models have 512 positions
@@ -96,7 +95,7 @@ def generator_seconds(model: Path, staged: Path, prompts, batches, warmup, dtype
             "tensor_parallel_size": 1, "dtype": dtype, "prompts": prompts, "jobs": jobs}
     (work / "gen.json").write_text(json.dumps(spec))
     run_child(["-m", "compat.extract.runner", str(work / "gen.json"), str(work / "gen-result.json")],
-              _env(staged, 1), work / "gen.log")
+              child_env(staged, 1), work / "gen.log")
     result = json.loads((work / "gen-result.json").read_text())
     if "error" in result:
         sys.exit(f"extract_speed: the generator failed: {result['error']}\n{result.get('traceback', '')}")
@@ -114,7 +113,7 @@ def prefill_seconds(model: Path, prompts, batches, warmup, dtype, repeat, work: 
     (work / "prefill.json").write_text(json.dumps(spec))
     # The engine core in this process, as the generator drives its scheduler in its own: what remains is the
     # engine's own per-step work (and its detokenizer and sampler, which extraction does not need).
-    env = dict(_env(work, 1), VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    env = dict(child_env(work, 1), VLLM_ENABLE_V1_MULTIPROCESSING="0")
     run_child([str(script), str(work / "prefill.json"), str(work / "prefill-result.json")], env, work / "prefill.log")
     return json.loads((work / "prefill-result.json").read_text())["seconds"]
 

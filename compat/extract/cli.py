@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -67,20 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     return guarded("compat.extract", args.debug, lambda: _extract(args))
 
 
-def _env(stage: Path, tp: int) -> dict:
-    root = str(Path(__file__).resolve().parents[2])
-    # The staged consumer first, then this project, then whatever the caller's path already holds.
-    path = [str(stage), root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if tp > 1:
-        cores = os.cpu_count() or tp
-        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(i % cores) for i in range(tp)))
-    return env
-
-
 def _model(args: argparse.Namespace) -> Path:
     if args.model is not None:
         if not (args.model / "config.json").is_file():
@@ -113,7 +98,7 @@ def _run_child(spec: dict, work: Path, env: dict, timeout: float) -> dict:
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from compat.extract.stage import copy_patched, stage
+    from compat.extract.stage import child_env, copy_patched, stage
 
     layer_ids = [int(x) for x in args.layer_ids.split(",") if x.strip()]
     model = _model(args)
@@ -147,7 +132,7 @@ def _extract(args: argparse.Namespace) -> int:
     spec = {"generator": args.generator, "model": str(model), "layer_ids": layer_ids,
             "max_model_len": args.max_model_len, "tensor_parallel_size": args.tp, "dtype": args.dtype,
             "prompts": all_prompts, "jobs": jobs, "progress": str(out / "progress.json")}
-    env = _env(staged_root, args.tp)
+    env = child_env(staged_root, args.tp)
     result = _run_child(spec, out, env, args.timeout)
     report["run"] = {k: v for k, v in result.items() if k != "log"}
     ok = "error" not in result

@@ -84,3 +84,18 @@ def prepare(root: Path, generator_module: str) -> list[str]:
     if error is not None:
         raise CompatError(f"the staged consumer cannot import {generator_module}: {error}")
     return notes
+
+
+def child_env(staged: Path, tp: int) -> dict:
+    """The environment of a process that runs the staged consumer on the installed vLLM."""
+    root = str(Path(__file__).resolve().parents[2])
+    # The staged consumer first, then this project, then whatever the caller's path already holds.
+    path = [str(staged), root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if tp > 1:
+        cores = os.cpu_count() or tp
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(i % cores) for i in range(tp)))
+    return env
