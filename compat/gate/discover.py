@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from compat.errors import CompatError
@@ -20,40 +21,89 @@ def natural_key(path: str) -> tuple:
     return head, tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(name))
 
 
-def _walk(top: str, out: list[str]) -> None:
-    # os.scandir, not os.walk + pathlib: listing 100k files must cost less than checking them.
-    with os.scandir(top) as entries:
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue  # dot-files are other tools' in-progress writes (atomic renames), not data
-            if entry.is_dir():
-                _walk(entry.path, out)
-            elif os.path.splitext(entry.name)[1] in DATA_SUFFIXES:
-                out.append(entry.path)
+def _walk(top: str, files: list[str], loops: list[str]) -> None:
+    """Data files under ``top``, depth first; a directory reached twice (a symlink loop, or two links to one
+    directory) is walked once and the later link listed in ``loops``."""
+    # os.scandir, not os.walk + pathlib: listing 100k files must cost less than checking them. A stack, not
+    # recursion: a tree nested thousands deep is not a reason to crash.
+    seen: set[tuple[int, int]] = set()
+    stack = [top]
+    while stack:
+        directory = stack.pop()
+        try:
+            info = os.stat(directory)
+        except OSError:
+            loops.append(directory)  # a link that loops onto itself, or vanished since it was listed
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            loops.append(directory)
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        subdirs = []
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue  # dot-files are other tools' in-progress writes (atomic renames), not data
+                if _is_dir(entry):
+                    subdirs.append(entry.path)
+                elif os.path.splitext(entry.name)[1] in DATA_SUFFIXES:
+                    files.append(entry.path)  # whatever it is: reading says when it is not a regular file
+        stack.extend(sorted(subdirs, reverse=True))
 
 
-def discover(paths: tuple[Path, ...]) -> tuple[list[str], Path, Path | None]:
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False  # a looping link: not a directory to walk; reading it reports the loop
+
+
+@dataclass(frozen=True)
+class Discovered:
+    files: list[str]
+    """Data files (by suffix, whatever kind of file they are), in natural order."""
+    root: Path
+    data_config: Path | None
+    loops: list[str] = field(default_factory=list)
+    """Directory links that lead back to a directory already walked: not followed, each reported."""
+
+
+def discover(paths: tuple[Path, ...]) -> Discovered:
     """Data files under ``paths`` (natural order), their common root, and a data_config.json if one is there."""
     files: list[str] = []
+    loops: list[str] = []
     configs: list[Path] = []
     for path in paths:
-        if not path.exists():
+        if not os.path.lexists(path):
             raise CompatError(f"{path}: no such file or directory")
-        if path.is_file():
+        if not _is_dir_path(path):
             if path.name == DATA_CONFIG:
                 configs.append(path)
             else:
                 files.append(os.path.abspath(path))  # named explicitly: read whatever its suffix
             continue
-        if (path / DATA_CONFIG).is_file():
+        if _is_file_path(path / DATA_CONFIG):
             configs.append(path / DATA_CONFIG)
-        _walk(os.path.abspath(path), files)
-    if not files:
+        _walk(os.path.abspath(path), files, loops)
+    if not files and not loops:
         shown = ", ".join(map(str, paths))
         raise CompatError(f"no hidden-state files ({', '.join(sorted(DATA_SUFFIXES))}) under {shown}")
     files = sorted(set(files), key=natural_key)
-    root = Path(os.path.commonpath([os.path.abspath(p if p.is_dir() else p.parent) for p in paths]))
-    first_dir = Path(os.path.dirname(files[0]))
-    if not configs and (first_dir / DATA_CONFIG).is_file():
-        configs.append(first_dir / DATA_CONFIG)
-    return files, root, configs[0] if configs else None
+    root = Path(os.path.commonpath([os.path.abspath(p if _is_dir_path(p) else p.parent) for p in paths]))
+    if not configs and files and _is_file_path(Path(os.path.dirname(files[0])) / DATA_CONFIG):
+        configs.append(Path(os.path.dirname(files[0])) / DATA_CONFIG)
+    return Discovered(files, root, configs[0] if configs else None, sorted(set(loops), key=natural_key))
+
+
+def _is_dir_path(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _is_file_path(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:
+        return False

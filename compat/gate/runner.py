@@ -25,7 +25,7 @@ from compat.gate.discover import discover
 from compat.gate.options import GateOptions
 from compat.gate.read.files import read_file
 from compat.gate.read.layouts import Layout
-from compat.gate.read.views import FileView
+from compat.gate.read.views import FailureKind, FileView, ReadFailure
 from compat.gate.recompute import recompute
 from compat.gate.result import GateResult, GateSummary
 from compat.gate.rules import RULES, STRUCTURAL, checks
@@ -120,9 +120,13 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     if unknown:
         raise CompatError(f"--ignore {', '.join(unknown)}: no such rule (see --list-rules)")
     started = time.perf_counter()
-    files, root, data_config = discover(options.paths)
+    found_files = discover(options.paths)
+    root, data_config = found_files.root, found_files.data_config
     exp = _expectations(options, data_config)
-    views, scanned = _read(files, options, exp, progress)
+    views, scanned = _read(found_files.files, options, exp, progress)
+    views += [FileView(link, 0, failure=ReadFailure(
+        FailureKind.UNREADABLE, "a link to a directory already walked (a symlink loop, or a second link to the "
+        "same directory): not walked again", "SymlinkLoop")) for link in found_files.loops]
     samples = [s for view in views for s in view.samples]
     # What no flag or config states is taken from the majority of samples of the same layout: a run over
     # two datasets (say EAGLE checkpoints next to vLLM files) must not judge one by the other.

@@ -4,6 +4,7 @@ file: what cannot be read becomes the view's ``ReadFailure``."""
 from __future__ import annotations
 
 import os
+import stat
 import traceback
 
 from compat.gate.read.layouts import Layout
@@ -21,10 +22,38 @@ def read_file(path: str, forced: Layout | None = None, hidden_size: int | None =
     """Read ``path``'s header (or pickle skeleton) into a FileView; never raises for a bad file.
 
     ``hidden_size`` and ``layers`` (expected values, if known) only disambiguate EAGLE-3's concatenated layers.
+    A path that is not a regular file (a FIFO, a device, a socket, a dangling or looping link) is a finding
+    without being opened: a FIFO would block forever and ``/dev/zero`` would never end. Whatever else a
+    hostile file provokes (a RecursionError, a MemoryError) is a finding about that file too.
     """
-    if path.endswith(".safetensors"):
-        return read_safetensors(path, forced)
-    return read_torch(path, forced, hidden_size, layers)
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        return FileView(path, 0, failure=_cannot_open(exc))
+    if not stat.S_ISREG(info.st_mode):
+        return FileView(path, 0, failure=_unreadable(
+            f"not a regular file but {_file_kind(info.st_mode)}: only regular files hold data", "NotRegularFile"))
+    try:
+        if path.endswith(".safetensors"):
+            return read_safetensors(path, forced)
+        return read_torch(path, forced, hidden_size, layers)
+    except Exception as exc:  # noqa: BLE001 - one bad file is one finding; the run goes on
+        return FileView(path, info.st_size, failure=_unreadable(one_line(exc), type(exc).__name__,
+                                                                  traceback.format_exc(limit=-8)))
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def _file_kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), f"mode {oct(mode)}")
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line, at most ``limit`` characters, never empty."""
+    text = " ".join(str(exc).split()) or f"{type(exc).__name__} with no message"
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _unreadable(message: str, error_type: str, tb: str | None = None) -> ReadFailure:
@@ -32,7 +61,7 @@ def _unreadable(message: str, error_type: str, tb: str | None = None) -> ReadFai
 
 
 def _cannot_open(exc: OSError) -> ReadFailure:
-    return _unreadable(f"cannot open: {exc.strerror or exc}", type(exc).__name__)
+    return _unreadable(f"cannot open: {exc.strerror or one_line(exc)}", type(exc).__name__)
 
 
 def read_safetensors(path: str, forced: Layout | None) -> FileView:
@@ -69,7 +98,8 @@ def read_torch(path: str, forced: Layout | None, hidden_size: int | None, layers
     except OSError as exc:
         return FileView(path, size, failure=_cannot_open(exc))
     except Exception as exc:  # noqa: BLE001 - any failure to load is a finding about this file, not a crash
-        return FileView(path, size, failure=_unreadable(load_error(exc), type(exc).__name__, traceback.format_exc()))
+        return FileView(path, size, failure=_unreadable(load_error(exc), type(exc).__name__,
+                                                        traceback.format_exc(limit=-8)))
     return FileView(path, size, samples)
 
 
