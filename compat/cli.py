@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -33,12 +35,25 @@ def guarded(prog: str, debug: bool, body: Callable[[], int]) -> int:
         return 2
 
 
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with the bytes of file names that are not UTF-8 (Python keeps them as lone surrogates, which no
+    encoder accepts) written as ``\\xNN``, so a report on such a file can be written and read."""
+    return _UNDECODABLE.sub(lambda m: f"\\x{ord(m.group()) - 0xDC00:02x}", text)
+
+
 def emit(result: Reportable, fmt: Format, color: str, output: Path | None, show_ok: bool) -> None:
-    """Render ``result`` to ``output`` (atomically) or standard output; colour only on a TTY unless asked."""
+    """Render ``result`` to ``output`` (atomically) or standard output; colour only on a TTY unless asked.
+
+    Standard output may have a strict encoding (ASCII under ``LANG=C``): what it cannot encode is escaped."""
     use_color = color == "always" or (color == "auto" and output is None and sys.stdout.isatty()
                                       and not os.environ.get("NO_COLOR"))
-    text = render(result, fmt, color=use_color and fmt is Format.TERMINAL, show_ok=show_ok)
+    text = printable(render(result, fmt, color=use_color and fmt is Format.TERMINAL, show_ok=show_ok))
     if output:
         atomic_write_text(output, text)
-    else:
-        sys.stdout.write(text)
+        return
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
+    sys.stdout.write(text)

@@ -52,7 +52,10 @@ def test_eagle3_concatenated_layers_and_target_are_split_by_hidden_size(tmp_path
     write_eagle(tmp_path / "data_0.ckpt", _ids(7), torch.cat(layers[:3], dim=-1), target=layers[3])
     (view,) = read_file(str(tmp_path / "data_0.ckpt"), hidden_size=H).samples
     assert [t.shape for t in view.layers] == [(7, H)] * 4 and view.layers[-1].name == "target"
-    assert _run(tmp_path, hidden_size=H, layers=4, values=True).exit_code == 0
+    # --layers counts the captured layers: EAGLE-3's target (the final-norm state) is not one of them.
+    assert _run(tmp_path, hidden_size=H, layers=3, values=True).exit_code == 0
+    (count,) = _run(tmp_path, hidden_size=H, layers=4).failing()
+    assert count.check == "layer_count" and "target" in count.message
     assert "hidden_size" in _rules(_run(tmp_path, hidden_size=H + 8))
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from compat.findings import Evidence, Finding, Status
@@ -19,8 +20,16 @@ Found = dict[Key, list[tuple[str, RuleFinding]]]
 def where(root: Path | str, sample_file: str, index: int | None) -> tuple[str, str]:
     """A finding's symbol (``file#i``) and location (``file:i``), relative to ``root``."""
     prefix = str(root).rstrip(os.sep) + os.sep
-    rel = sample_file[len(prefix):] if sample_file.startswith(prefix) else sample_file
+    rel = _shown(sample_file[len(prefix):] if sample_file.startswith(prefix) else sample_file)
     return (rel, rel) if index is None else (f"{rel}#{index}", f"{rel}:{index}")
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def _shown(path: str) -> str:
+    """A path on one line: control characters (a newline is a legal file name character) as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", path)
 
 
 def _finding(root: str, key: Key, rule: str, f: RuleFinding) -> Finding:
@@ -48,5 +57,6 @@ def _ok_message(view: FileView) -> str:
     layer = s.layers[0] if s.layers else None
     shape = f"[T, {layer.shape[-1]}] {layer.dtype}" if layer is not None else "-"
     tokens = sum(x.tokens or 0 for x in view.samples)
-    return (f"{s.layout.value}: {len(view.samples)} sample(s), {tokens} tokens, {len(s.layers)} layers of {shape}; "
+    return (f"{s.layout.value}: {len(view.samples)} sample(s), {tokens} tokens, {s.numbered} layers of {shape}"
+            f"{' + target' if s.numbered != len(s.layers) else ''}; "
             "every rule passed")

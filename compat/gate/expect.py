@@ -50,9 +50,10 @@ class Expectations:
     vocab_size: Expected[int] | None = None
 
     def stored_layer_ids(self, view: SampleView) -> tuple[int, ...] | None:
-        """The expected layer ids in the order ``view`` stores its layers (vLLM: ascending, whatever order was
-        asked); None when no ids are known or their count is not the sample's."""
-        if self.layer_ids is None or len(self.layer_ids.value) != len(view.layers):
+        """The expected layer ids in the order ``view`` stores its numbered layers (vLLM: ascending, whatever
+        order was asked; EAGLE-3's ``target``, stored last, has none); None when no ids are known or their count
+        is not the sample's."""
+        if self.layer_ids is None or len(self.layer_ids.value) != view.numbered:
             return None
         ids = self.layer_ids.value
         return tuple(sorted(ids)) if view.layout.sorts_layers else ids
@@ -167,7 +168,7 @@ def fill_from_dataset(exp: Expectations, samples: list[SampleView]) -> Expectati
     sound = [s for s in samples if s.layers and all(len(t.shape) == 2 for t in s.layers)]
     changes = {}
     if exp.layers is None:
-        changes["layers"] = _majority([len(s.layers) for s in samples if s.layers], "--layers")
+        changes["layers"] = _majority([s.numbered for s in samples if s.layers], "--layers")
     if exp.hidden_size is None:
         changes["hidden_size"] = _majority([s.layers[0].shape[-1] for s in sound], "--hidden-size or --model")
     if exp.dtype is None:

@@ -24,6 +24,7 @@ from typing import Any
 from compat.errors import CompatError
 from compat.gate.expect import Expectations
 from compat.gate.options import GateOptions
+from compat.gate.pairing import Pairing, check_pairing
 from compat.gate.read.layouts import Layout
 from compat.gate.read.tensor_data import open_sample
 from compat.gate.read.views import SampleView
@@ -136,8 +137,14 @@ class Comparison:
     n_layers: int
     """Decoder layers of the reference model (to name its states)."""
     tolerance: Tolerance
-    expected_states: list[int] | None
-    """The state each layer should be, from its layer id and the numbering; None when inferred."""
+    expected_states: list[int | str | None]
+    """The state each layer should be (from its layer id and the numbering, or ``final_norm``); None for a layer
+    whose state could only be inferred (no layer ids)."""
+
+    @property
+    def inferred(self) -> bool:
+        """Some layer was matched to its closest state, not checked against a known one."""
+        return any(state is None for state in self.expected_states)
     layers: list[LayerMatch]
 
     def as_dict(self) -> dict[str, Any]:
@@ -162,26 +169,45 @@ class ComparisonError:
 class ReferenceRun:
     report: dict[str, Any]
     """The JSON report's ``reference`` section: model, numbering, samples."""
-    comparisons: list[Comparison | ComparisonError]
+    comparisons: list[Comparison | ComparisonError | Pairing]
+    """Each recomputed sample's comparison, then every candidate's token pairing (``compat.gate.pairing``)."""
 
 
 def _compare(stored, ref) -> tuple[float, float]:
-    """Relative L2 error over the sample, and the smallest per-token cosine."""
+    """Relative L2 error over the sample, and the smallest per-token cosine.
+
+    Row by row, not only in aggregate: a zero row against a non-zero state has cosine 0, and a row with a NaN
+    has cosine -1 (a NaN compares as neither above nor below a tolerance, so it must never reach one), however
+    small its share of the sample's error.
+    """
     import torch
 
     x, r = stored.float(), ref.float()
     rel = float((x - r).norm() / r.norm().clamp_min(1e-12))
-    norms = x.norm(dim=-1) * r.norm(dim=-1)
-    cos = (x * r).sum(-1) / norms.clamp_min(1e-30)
-    cos = torch.where(norms > 1e-30, cos, torch.ones_like(cos))  # two zero rows agree
-    return rel, float(cos.min())
+    xn, rn = x.norm(dim=-1), r.norm(dim=-1)
+    cos = (x * r).sum(-1) / (xn * rn).clamp_min(1e-30)
+    both_zero = (xn == 0) & (rn == 0)
+    one_zero = (xn == 0) ^ (rn == 0)
+    cos = torch.where(both_zero, torch.ones_like(cos), torch.where(one_zero, torch.zeros_like(cos), cos))
+    cos = torch.nan_to_num(cos, nan=-1.0)
+    return (rel if rel == rel else float("inf")), float(cos.min())
 
 
-def _expected_states(view: SampleView, exp: Expectations, numbering: str) -> list[int] | None:
-    ids = exp.stored_layer_ids(view)
-    if ids is None or numbering == "infer":
-        return None
-    return [k + 1 if numbering == "output" else k for k in ids]
+def _expected_states(view: SampleView, exp: Expectations, numbering: str) -> list[int | str | None]:
+    """The state each stored layer should be: from its layer id and the numbering; ``final_norm`` for EAGLE's
+    final states (EAGLE-3's ``target``, EAGLE-1/2's one ``hidden_state``: HF's last ``hidden_states``, what
+    the LM head reads), whatever the ids; None where it can only be inferred (no ids)."""
+    ids = exp.stored_layer_ids(view) if numbering != "infer" else None
+    eagle_final = view.layout is Layout.EAGLE and len(view.layers) == 1 and view.layers[0].columns is None
+    out: list[int | str | None] = []
+    for slot, t in enumerate(view.layers):
+        if t.key == "target" or (eagle_final and slot == 0 and ids is None):
+            out.append("final_norm")
+        elif ids is not None and slot < len(ids):
+            out.append(ids[slot] + 1 if numbering == "output" else ids[slot])
+        else:
+            out.append(None)
+    return out
 
 
 def resolve_numbering(requested: str, layout: Layout) -> str:
@@ -205,7 +231,8 @@ def _pick(candidates: list[SampleView], k: int) -> list[SampleView]:
 
 
 def recompute(options: GateOptions, exp: Expectations, candidates: list[SampleView]) -> ReferenceRun:
-    """Compare up to ``options.reference_samples`` sound samples, spread over ``candidates``, with HF."""
+    """Compare up to ``options.reference_samples`` sound samples, spread over ``candidates``, with HF; check every
+    candidate's token pairing."""
     ref = HFReference(options.reference)
     n_layers = len(ref.layers)
     model_type = getattr(ref.model.config, "model_type", None)
@@ -220,9 +247,12 @@ def recompute(options: GateOptions, exp: Expectations, candidates: list[SampleVi
             comparisons.append(_compare_sample(ref, view, exp, numbering, n_layers, model_type, options))
         except Exception as exc:  # noqa: BLE001 - one sample failing to run is a finding, the others still run
             comparisons.append(ComparisonError(view, str(exc), type(exc).__name__, traceback.format_exc()))
+    picked = len(comparisons)
+    pairing = check_pairing(candidates, ref.model.get_input_embeddings().weight.detach())
     report = {"model": str(options.reference), "numbering": "; ".join(sorted(numberings)) or "no sample was compared",
+              "recomputed": picked, "candidates": len(candidates), "pairing": pairing.summary,
               "samples": [c.as_dict() for c in comparisons if isinstance(c, Comparison)]}
-    return ReferenceRun(report, comparisons)
+    return ReferenceRun(report, [*comparisons, *pairing.pairings])
 
 
 def _compare_sample(ref: HFReference, view: SampleView, exp: Expectations, numbering: str, n_layers: int,
@@ -233,13 +263,14 @@ def _compare_sample(ref: HFReference, view: SampleView, exp: Expectations, numbe
     states = ref.states(ids)
     tol = tolerance(view.layers[0].dtype, model_type, options.max_rel, options.min_cos)
     wanted = _expected_states(view, exp, numbering)
-    layer_ids = exp.stored_layer_ids(view)
+    layer_ids = exp.stored_layer_ids(view) if numbering != "infer" else None
     matches = []
     for slot, x in enumerate(stored):
         scores = {j: _compare(x, s) for j, s in states.items() if s.shape == x.shape}
         best = min(scores, key=lambda j: scores[j][0]) if scores else None
-        target = wanted[slot] if wanted is not None else best
+        target = wanted[slot] if wanted[slot] is not None else best
         rel, cos = scores.get(target, (float("inf"), -1.0))
-        matches.append(LayerMatch(slot, layer_ids[slot] if layer_ids and wanted is not None else None, target, rel,
-                                  cos, tol.max_rel, tol.min_cos, best, scores[best][0] if best is not None else None))
+        layer_id = layer_ids[slot] if layer_ids and slot < len(layer_ids) else None
+        matches.append(LayerMatch(slot, layer_id, target, rel, cos, tol.max_rel, tol.min_cos, best,
+                                  scores[best][0] if best is not None else None))
     return Comparison(view, int(ids.numel()), numbering, n_layers, tol, wanted, matches)

@@ -11,8 +11,10 @@ JSON schema ``compat.gate/1`` (``as_json``)::
                  "layouts": {layout: files}, "failures_by_rule": {rule: n},
                  "skipped_samples": [location], "ok", "broken", "changed", "unknown", "error", "allowed",
                  "exit_code", "strict"},
-     "reference": null | {"model", "numbering", "samples": [{"sample", "layers": [{"slot", "layer_id",
-                 "state", "max_rel", "rel", "min_cos", "best_state", "best_rel"}]}]},
+     "reference": null | {"model", "numbering", "recomputed", "candidates",
+                 "pairing": {"samples", "checked", "layer", "typical_lean", "strength", ["note"]},
+                 "samples": [{"sample", "layers": [{"slot", "layer_id", "state", "max_rel", "rel", "min_cos",
+                 "best_state", "best_rel"}]}]},
      "notes": [str],
      "findings": [Finding.as_dict()]}
 
@@ -84,7 +86,9 @@ class GateResult(Verdict):
                 shown = list(value.value) if isinstance(value.value, tuple) else value.value
                 facts.append((label, f"{shown} ({value.source})"))
         if self.reference:
-            facts.append(("reference", f"{self.reference['model']}: {self.reference['numbering']}"))
+            ref = self.reference
+            facts.append(("reference", f"{ref['model']}: {ref['numbering']}"))
+            facts.append(("verified", _verified(ref)))
         failures = self.failures_by_rule()
         if failures:
             facts.append(("failures", ", ".join(f"{rule}: {n}" for rule, n in failures.items())))
@@ -110,6 +114,18 @@ class GateResult(Verdict):
             "notes": list(self.notes),
             "findings": [f.as_dict() for f in self.findings],
         }
+
+
+def _verified(ref: dict[str, Any]) -> str:
+    """How many samples the reference check covered, and how."""
+    pairing = ref.get("pairing") or {}
+    text = f"recomputed {ref.get('recomputed', 0)} of {ref.get('candidates', 0)} samples with HF transformers"
+    if pairing.get("layer"):
+        text += (f"; token pairing checked on {pairing['checked']} of {pairing['samples']} (layer {pairing['layer']}, "
+                 f"typical lean {pairing['typical_lean']:.3g})")
+    elif pairing:
+        text += f"; token pairing {pairing.get('note', 'not checked')}"
+    return text
 
 
 def _size(n: int) -> str:

@@ -7,6 +7,7 @@ for the statistics. Nothing is judged here: ``compat.gate.rules`` judges what th
 
 from __future__ import annotations
 
+import hashlib
 import traceback
 from dataclasses import dataclass
 
@@ -14,6 +15,8 @@ from compat.gate.read.tensor_data import SampleTensors, open_file
 from compat.gate.read.views import FailureKind, FileView, ReadFailure, SampleView
 
 CHUNK_BYTES = 32 << 20
+"""The most tensor data read at once, whatever the sample's shape: rows of all layers, fewer layers, or a
+slice of one row's columns when a single row is wider."""
 
 
 @dataclass
@@ -22,9 +25,16 @@ class LayerStats:
     inf: int = 0
     first_bad: int | None = None
     """The first token with a NaN or Inf."""
-    nonzero: bool = False
+    rows: int = 0
+    zero_rows: int = 0
+    """Tokens whose state is all zeros in this layer."""
+    first_zero: int | None = None
     median_rms: float = 0.0
     """Median over tokens of the per-token RMS (NaN ignored)."""
+
+    @property
+    def nonzero(self) -> bool:
+        return self.zero_rows < self.rows
 
 
 @dataclass(frozen=True)
@@ -33,8 +43,8 @@ class SampleValues:
 
     view: SampleView
     layers: tuple[LayerStats, ...]
-    identical: tuple[tuple[int, int], ...]
-    """Pairs of layer slots holding identical values, sorted."""
+    identical: tuple[tuple[int, ...], ...]
+    """Groups of layer slots holding byte-identical values (each sorted, groups in order of their first slot)."""
     token_range: tuple[int, int] | None
     """Smallest and largest token id (measured only when a vocabulary is known to check them against)."""
     mask_values: tuple = ()
@@ -64,54 +74,96 @@ def scan_file(view: FileView, token_range: bool) -> FileValues:
     return FileValues(tuple(measured), None, sum(m.bytes_read for m in measured))
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """How a sample is cut into reads of at most ``CHUNK_BYTES``: rows at a time, layers at a time, columns at
+    a time (the last two below all only when one row of every layer is wider than a chunk)."""
+
+    rows: int
+    layers: int
+    columns: int
+
+    @classmethod
+    def of(cls, n: int, hidden: int, itemsize: int) -> _Plan:
+        columns = max(1, min(hidden, CHUNK_BYTES // itemsize))
+        layers = max(1, min(n, CHUNK_BYTES // (columns * itemsize)))
+        rows = max(1, CHUNK_BYTES // (layers * columns * itemsize))
+        return cls(rows, layers, columns)
+
+
 def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
-    """One sound sample's statistics, in chunks of about ``CHUNK_BYTES``."""
+    """One sound sample's statistics, read in parts of at most ``CHUNK_BYTES``; linear in its size whatever
+    its shape (identical layers are found by a digest of each layer's bytes, not by comparing pairs)."""
     import torch
 
     view = st.view
     n, (tokens, hidden) = len(view.layers), view.layers[0].shape
-    stats = [LayerStats() for _ in range(n)]
-    rms_chunks: list[list] = [[] for _ in range(n)]
-    same = {(i, j) for i in range(n) for j in range(i + 1, n)}
+    stats = [LayerStats(rows=tokens) for _ in range(n)]
+    rms_parts: list[list] = [[] for _ in range(n)]
+    digests = [hashlib.blake2b(digest_size=16) for _ in range(n)]
     itemsize = max(1, view.layers[0].nbytes // max(1, tokens * hidden))
-    step = max(1, CHUNK_BYTES // max(1, n * hidden * itemsize))
+    plan = _Plan.of(n, hidden, itemsize)
     read = 0
-    # Every statistic comes from one per-token, per-layer norm over the whole chunk: a few tensor operations
-    # per chunk (not per layer, not per statistic) keep small files cheap and large ones near memory speed.
-    # NaN and Inf propagate into the norm, and an all-zero layer has norm 0, so the exact (slower) scans run
-    # only on chunks where the norm points at them.
-    scale = hidden ** -0.5
-    for start in range(0, tokens, step):
-        x = st.block(start, min(tokens, start + step))
-        read += x.numel() * x.element_size()
-        xf = x.float()
-        rms = torch.linalg.vector_norm(xf, dim=2) * scale  # [rows, layers]
-        if not bool(torch.isfinite(rms).all()):
-            finite = torch.isfinite(xf)
-            nan = torch.isnan(xf)
-            nans, infs = nan.sum(dim=(0, 2)).tolist(), (~finite & ~nan).sum(dim=(0, 2)).tolist()
-            bad_rows = (~finite).any(dim=2)
-            for i in range(n):
-                s = stats[i]
-                s.nan, s.inf = s.nan + nans[i], s.inf + infs[i]
-                if s.first_bad is None and (nans[i] or infs[i]):
-                    s.first_bad = start + int(bad_rows[:, i].nonzero()[0, 0])
-        peak = rms.amax(dim=0).tolist()
+    # Per part, a few tensor operations over all its layers (not per layer, not per statistic) keep small files
+    # cheap and large ones near memory speed; NaN and Inf propagate into the sum of squares, so the exact scans
+    # run only on parts where it points at them.
+    for start in range(0, tokens, plan.rows):
+        stop = min(tokens, start + plan.rows)
+        squares = torch.zeros(stop - start, n)
+        zero = torch.ones(stop - start, n, dtype=torch.bool)
+        for lo in range(0, n, plan.layers):
+            hi = min(n, lo + plan.layers)
+            for c0 in range(0, hidden, plan.columns):
+                x = st.part(start, stop, lo, hi, c0, min(hidden, c0 + plan.columns))
+                read += x.numel() * x.element_size()
+                _measure(x, start, lo, stats, squares, zero, digests)
+        rms = (squares / hidden).sqrt()
         for i in range(n):
-            if not stats[i].nonzero:
-                # A norm of 0 can also be an underflow of tiny values: confirm with the values themselves.
-                stats[i].nonzero = peak[i] > 0 or bool(xf[:, i].ne(0).any())
-            rms_chunks[i].append(rms[:, i])
-        for i, j in list(same):
-            # Equal layers have equal per-token RMS: compare whole rows only when those agree.
-            if not torch.equal(rms[:, i], rms[:, j]) or not torch.equal(x[:, i], x[:, j]):
-                same.discard((i, j))
-    for s, chunks in zip(stats, rms_chunks):
-        s.median_rms = float(torch.nanmedian(torch.cat(chunks)))
+            rms_parts[i].append(rms[:, i])
+        counts = zero.sum(dim=0).tolist()
+        for i in range(n):
+            s = stats[i]
+            if counts[i]:
+                if s.first_zero is None:
+                    s.first_zero = start + int(zero[:, i].nonzero()[0, 0])
+                s.zero_rows += counts[i]
+    for s, parts in zip(stats, rms_parts):
+        s.median_rms = float(torch.nanmedian(torch.cat(parts)))
+    groups: dict[bytes, list[int]] = {}
+    for i, digest in enumerate(digests):
+        groups.setdefault(digest.digest(), []).append(i)
+    identical = tuple(tuple(g) for g in groups.values() if len(g) > 1)
     ids = st.token_ids()
     id_range = (int(ids.min()), int(ids.max())) if token_range and ids.numel() else None
     mask = st.loss_mask()
     odd: tuple = ()
     if mask is not None and mask.numel():
         odd = tuple(sorted(set(mask.unique().tolist()) - {0, 1}))  # bools compare equal to 0 and 1
-    return SampleValues(view, tuple(stats), tuple(sorted(same)), id_range, odd, read)
+    return SampleValues(view, tuple(stats), identical, id_range, odd, read)
+
+
+def _measure(x, start: int, lo: int, stats: list[LayerStats], squares, zero, digests) -> None:
+    """Fold one part ``x`` (``[rows, layers lo.., columns]``, stored dtype) into the sample's statistics."""
+    import torch
+
+    xf = x.float()
+    part = (xf * xf).sum(dim=2)  # [rows, layers]
+    hi = lo + x.shape[1]
+    squares[:, lo:hi] += part
+    is_zero = part == 0
+    if bool(is_zero.any()):
+        is_zero &= ~x.ne(0).any(dim=2)  # a sum of 0 can also be tiny values underflowing: ask the values
+    zero[:, lo:hi] &= is_zero
+    if not bool(torch.isfinite(part).all()):
+        nan = torch.isnan(xf)
+        nonfinite = ~torch.isfinite(xf)
+        nans, infs = nan.sum(dim=(0, 2)).tolist(), (nonfinite & ~nan).sum(dim=(0, 2)).tolist()
+        bad_rows = nonfinite.any(dim=2)
+        for k in range(x.shape[1]):
+            s = stats[lo + k]
+            s.nan, s.inf = s.nan + nans[k], s.inf + infs[k]
+            if s.first_bad is None and (nans[k] or infs[k]):
+                s.first_bad = start + int(bad_rows[:, k].nonzero()[0, 0])
+    raw = x.contiguous().view(torch.uint8)
+    for k in range(x.shape[1]):
+        digests[lo + k].update(raw[:, k].contiguous().numpy())

@@ -81,8 +81,9 @@ def _eagle_sample(path: str, index: int | None, obj: dict, hidden_size: int | No
     n = hs.shape[1] // hidden_size if hs is not None and len(hs.shape) == 2 and hidden_size else 0
     # EAGLE-3 / speculators "v0" put several layers side by side: [T, n * H]. A width that is a multiple of
     # the hidden size is read so, unless the expected layer count says otherwise.
+    # ``layers_expected`` counts captured layers (``target`` is not one), but a count that includes it is read too.
     concatenated = n > 1 and hs is not None and hs.shape[1] == n * (hidden_size or 0) and (
-        layers_expected is None or layers_expected == n + ("target" in obj))
+        layers_expected is None or layers_expected in (n, n + ("target" in obj)))
     if hs is None:
         faults.append(EntryFault("hidden_state",
                                  f"hidden_state is a {type(obj['hidden_state']).__name__}, not a tensor"))

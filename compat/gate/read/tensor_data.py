@@ -46,6 +46,26 @@ class SampleTensors:
                 out.append(self._get(t.key)[start:stop, lo:hi])
         return torch.stack(out, dim=1)
 
+    def part(self, start: int, stop: int, lo: int, hi: int, c0: int, c1: int):
+        """Rows ``start:stop`` of layers ``lo:hi``, columns ``c0:c1``, as ``[rows, layers, columns]``: only those
+        bytes are read (a wide row need not be read whole)."""
+        import torch
+
+        v = self.view
+        whole = lo == 0 and hi == len(v.layers) and c0 == 0 and c1 == v.layers[0].shape[-1]
+        if whole:
+            return self.block(start, stop)
+        if v.stacked is not None:
+            return self._get(v.stacked.key)[start:stop, lo:hi, c0:c1]
+        if v.layout is Layout.SPECULATORS_PT:
+            layers = self._get(v.layout.layers_key)
+            return torch.stack([layers[i][start:stop, c0:c1] for i in range(lo, hi)], dim=1)
+        out = []
+        for t in v.layers[lo:hi]:
+            first = t.columns[0] if isinstance(t.columns, tuple) else 0
+            out.append(self._get(t.key)[start:stop, first + c0:first + c1])
+        return torch.stack(out, dim=1)
+
     def layer(self, i: int):
         return self.block(0, self.view.layers[i].shape[0])[:, i]
 
@@ -67,6 +87,6 @@ def open_file(file: FileView) -> Iterator[list[SampleTensors]]:
 @contextmanager
 def open_sample(view: SampleView) -> Iterator[SampleTensors]:
     """The tensors of one sample, its file read again (views keep no file handles)."""
-    file = read_file(view.file, view.layout, view.layers[0].shape[-1] if view.layers else None, len(view.layers))
+    file = read_file(view.file, view.layout, view.layers[0].shape[-1] if view.layers else None, view.numbered)
     with open_file(file) as samples:
         yield next(s for s in samples if s.view.index == view.index)

@@ -44,10 +44,15 @@ class SampleView:
         return self.token_ids.shape[0] if self.token_ids is not None and self.token_ids.shape else None
 
     @property
+    def numbered(self) -> int:
+        """Layers that carry a layer id: all but EAGLE-3's ``target`` (the final-norm state, not a captured layer)."""
+        return sum(1 for t in self.layers if t.key != "target")
+
+    @property
     def sound(self) -> bool:
         """Values can be scanned: layers exist, all [T, hidden] with one shape, and T is known."""
         return bool(self.layers) and len({t.shape for t in self.layers}) == 1 and len(self.layers[0].shape) == 2 \
-            and self.layers[0].shape[0] > 0
+            and self.layers[0].shape[0] > 0 and self.layers[0].shape[1] > 0
 
 
 class FailureKind(str, Enum):

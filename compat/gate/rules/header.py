@@ -17,9 +17,9 @@ from compat.gate.value_stats import SampleValues
 
 def _layer_count(s: SampleView, ctx: Context) -> Sequence[RuleFinding]:
     want = ctx.expected.layers
-    if want is None or not s.layers or len(s.layers) == want.value:
+    if want is None or not s.layers or s.numbered == want.value:
         return ()
-    n = len(s.layers)
+    n = s.numbered
     layer_ids = ctx.expected.layer_ids
     ids = f" {list(layer_ids.value)}" if layer_ids else ""
     hint = ""
@@ -27,6 +27,8 @@ def _layer_count(s: SampleView, ctx: Context) -> Sequence[RuleFinding]:
         hint = " (one entry per token, not per layer: see layer_shape)"
     elif abs(n - want.value) == 1:
         hint = " (one layer too many or too few: check the layer ids passed to the extraction)"
+    if n != len(s.layers):
+        hint += " (EAGLE-3's target, the final-norm state, is not counted)"
     plural = "s" if n != 1 else ""
     return [RuleFinding(f"{n} layer{plural} where {want.value}{ids} were expected ({want.source}){hint}",
                         "capture exactly the configured layer ids, one tensor per layer",
@@ -45,7 +47,11 @@ def _layer_shape(s: SampleView, _ctx: Context) -> Sequence[RuleFinding]:
                             f"[T, n_layers, hidden] (rank 3), this is rank {len(hs.shape)}",
                             "save hidden_states as one [tokens, layers, hidden] tensor per request")]
     if not s.layers:
-        return ()
+        if any(layout_fault(f) for f in s.faults):
+            return ()  # the layout finding says why no layer could be read
+        where = f"hidden_states is {shape_text(hs.shape)}" if hs is not None else f"{s.layout.layers_key} is empty"
+        return [RuleFinding(f"no layers at all: {where}", "capture at least one layer per sample",
+                            expected="one or more layers", found="0")]
     bad = [t for t in s.layers if len(t.shape) != 2]
     if bad:
         shapes = Counter(shape_text(t.shape) for t in bad)
@@ -60,6 +66,10 @@ def _layer_shape(s: SampleView, _ctx: Context) -> Sequence[RuleFinding]:
                 msg += f" to its {tokens} tokens"
         return [RuleFinding(msg, "keep one [tokens, hidden] tensor per captured layer",
                             expected="[T, hidden] per layer", found=what)]
+    empty = [t for t in s.layers if t.shape[1] == 0]
+    if empty:
+        return [RuleFinding(f"{empty[0].name} is {shape_text(empty[0].shape)}: a layer with no hidden dimension holds "
+                            "no state", "capture the layers' full hidden states", found=shape_text(empty[0].shape))]
     shapes = {t.shape for t in s.layers}
     if len(shapes) > 1:
         listed = ", ".join(f"{t.name} {shape_text(t.shape)}" for t in s.layers[:6])
@@ -180,13 +190,19 @@ def _loss_mask(s: SampleView, _ctx: Context) -> Sequence[RuleFinding]:
             return ()  # vLLM's files carry no mask; speculators keeps it in its arrow dataset
         return [RuleFinding("loss_mask is missing", "save the loss mask with each sample")]
     tokens = s.tokens
-    if len(m.shape) != 1 or (m.dtype not in INTEGERS and m.dtype != "bool"):
+    if len(m.shape) != 1 or (m.dtype not in INTEGERS and m.dtype not in FLOATS and m.dtype != "bool"):
         return [RuleFinding(f"loss_mask is {shape_text(m.shape)} {m.dtype}; expected 1-D integer or bool",
                             expected="[T] int64", found=f"{shape_text(m.shape)} {m.dtype}")]
     if tokens is not None and m.shape[0] != tokens:
         return [RuleFinding(f"loss_mask has {m.shape[0]} entries for {tokens} tokens",
                             "truncate the mask with the ids (speculators: loss_mask[:len(input_ids)])",
                             expected=str(tokens), found=str(m.shape[0]))]
+    if m.dtype in FLOATS:
+        # Trainers cast the mask (speculators' own: loss_mask.to(torch.bool)), so 0.0/1.0 trains as 0/1;
+        # --values checks that those are its only values.
+        return [RuleFinding(f"loss_mask is {m.dtype}, not integer or bool", "store the mask as int64 or bool",
+                            found=m.dtype, allowed="a float mask of 0.0 and 1.0 is cast by trainers "
+                            "(speculators: loss_mask.to(torch.bool)); --values checks its values")]
     return ()
 
 

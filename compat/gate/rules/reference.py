@@ -5,32 +5,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from compat.findings import Status
+from compat.gate.pairing import Pairing
 from compat.gate.recompute import ComparisonError, state_name
 from compat.gate.rules.rule import Context, Phase, ReferenceSubject, Rule, RuleFinding
 
 
 def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
+    if isinstance(c, Pairing):
+        return ()
     if isinstance(c, ComparisonError):
         return [RuleFinding(f"reference check could not run: {c.error_type}: {c.message}", status=Status.ERROR,
                             found=c.error_type, traceback=c.traceback)]
     tol, layers = c.tolerance, c.layers
     problems = []
     for m in layers:
-        if m.rel > tol.max_rel or m.min_cos < tol.min_cos:
+        # Written so that a NaN fails: it compares as neither above nor below a tolerance.
+        if not (m.rel <= tol.max_rel and m.min_cos >= tol.min_cos):
             msg = (f"{c.view.layers[m.slot].name}: relative error {m.rel:.3g} (max {tol.max_rel:g}), min cosine "
                    f"{m.min_cos:.4f} (min {tol.min_cos:g}) against "
                    f"{state_name(m.state, c.n_layers) if m.state is not None else '-'}")
             if m.best_state is not None and m.best_state != m.state and m.best_rel <= tol.max_rel:
                 msg += f"; it matches {state_name(m.best_state, c.n_layers)} (relative error {m.best_rel:.3g})"
             problems.append(msg)
-    if c.expected_states is None and not problems:
-        order = [m.state for m in layers if isinstance(m.state, int)]
-        if order != sorted(order) or len(set(order)) != len(order):
-            problems.append(f"stored layers match residual-stream states {order}: not in increasing depth")
+    inferred = [m.state for m, want in zip(layers, c.expected_states) if want is None and isinstance(m.state, int)]
+    if c.inferred and not problems and (inferred != sorted(inferred) or len(set(inferred)) != len(inferred)):
+        problems.append(f"stored layers match residual-stream states {inferred}: not in increasing depth")
     matched = ", ".join(str(m.state) for m in layers)
     if problems:
         hint = ""
-        if c.expected_states is not None and all(
+        if not c.inferred and all(
                 m.best_state is not None and isinstance(m.state, int)
                 and m.best_state == m.state + (1 if c.numbering == "input" else -1) for m in layers):
             other = "output" if c.numbering == "input" else "input"
@@ -40,6 +43,14 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
                             "check the layer ids and numbering convention, the slicing, and the model weights",
                             expected=f"states {[m.state for m in layers]}", found=matched)]
     worst = max(m.rel for m in layers)
+    if c.inferred:
+        return [RuleFinding(
+            f"{len(layers)} layers match HF transformers' states {matched} (worst relative error {worst:.2g}, "
+            f"tolerance {tol.max_rel:g}), in increasing depth. Not verified: that these are the layers the "
+            "extraction was asked for. Without layer ids each layer was matched to its closest state, so a "
+            "numbering off by one, or a final state taken before the final norm, would match as well",
+            "pass --layer-ids (or keep speculators' data_config.json beside the files) to verify the numbering",
+            expected="states from layer ids", found=matched, status=Status.UNKNOWN)]
     return [RuleFinding(f"{len(layers)} layers match HF transformers (states {matched}; worst relative error "
                         f"{worst:.2g}, tolerance {tol.max_rel:g})", status=Status.OK)]
 
@@ -48,3 +59,28 @@ REFERENCE = Rule(
     "reference", "--reference: HF transformers on the same weights reproduces each layer within the dtype's "
                  "tolerance (relative L2 error and per-token cosine)",
     Phase.REFERENCE, _reference)
+
+
+def _pairing(p: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
+    if not isinstance(p, Pairing):
+        return ()
+    if p.verdict == "error":
+        return [RuleFinding(f"token pairing could not be measured: {p.error_type}: {p.message}", status=Status.ERROR,
+                            found=p.error_type, traceback=p.traceback)]
+    if p.verdict == "ok":
+        return ()
+    lean = (f"{p.layer} leans {p.lean.mean:.3g} (standard error {p.lean.se:.2g}) toward its tokens' embeddings, "
+            f"where the typical sample leans {p.typical:.3g}")
+    if p.verdict == "mismatch":
+        return [RuleFinding(f"the stored rows do not belong to these token ids: {lean}. The states were stored with "
+                            "another sample's ids, or shifted against them", "pair each sample's states with its own "
+                            "token ids (check the per-sample slicing and the order results are saved in)",
+                            expected=f"lean about {p.typical:.3g}", found=f"{p.lean.mean:.3g}")]
+    return [RuleFinding(f"token pairing undecided: {lean}, a shortfall within this short sample's noise",
+                        status=Status.UNKNOWN, expected=f"lean about {p.typical:.3g}", found=f"{p.lean.mean:.3g}")]
+
+
+PAIRING = Rule(
+    "pairing", "--reference, every sample: the stored rows lean toward their own tokens' embeddings as much as the "
+               "dataset's typical sample does (states stored with another sample's ids do not; no model run)",
+    Phase.REFERENCE, _pairing)

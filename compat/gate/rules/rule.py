@@ -10,7 +10,7 @@ subject depends on the phase it runs in:
 - ``Phase.VALUES`` (``--values``): each sound sample's ``SampleValues`` (``compat.gate.value_stats``), or a
   file's ``ReadFailure`` when its tensor values could not be read;
 - ``Phase.REFERENCE`` (``--reference``): each recomputed sample's ``Comparison`` or ``ComparisonError``
-  (``compat.gate.recompute``).
+  (``compat.gate.recompute``), then every sample's ``Pairing`` (``compat.gate.pairing``).
 
 The context holds the expectations for the subject's layout and the run's options.
 """
@@ -25,6 +25,7 @@ from typing import Any
 from compat.findings import Status
 from compat.gate.expect import Expectations
 from compat.gate.options import GateOptions
+from compat.gate.pairing import Pairing
 from compat.gate.read.views import EntryFault, ReadFailure
 from compat.gate.recompute import Comparison, ComparisonError
 from compat.gate.value_stats import SampleValues
@@ -68,7 +69,7 @@ class Context:
 
 ReadSubject = ReadFailure | EntryFault
 ValueSubject = SampleValues | ReadFailure
-ReferenceSubject = Comparison | ComparisonError
+ReferenceSubject = Comparison | ComparisonError | Pairing
 Check = Callable[[Any, Context], Sequence[RuleFinding]]
 """``(subject, context) -> findings``, the subject being the phase's (``ReadSubject``...)."""
 

@@ -17,8 +17,9 @@ ORDER_RATIO = 0.5
 
 def slot_names(view: SampleView, exp: Expectations) -> list[str]:
     """Each stored layer's name, with its layer id when the ids are known: ``hidden_states[2] (layer 30)``."""
-    ids = exp.stored_layer_ids(view)
-    return [f"{t.name}" + (f" (layer {ids[i]})" if ids else "") for i, t in enumerate(view.layers)]
+    ids = exp.stored_layer_ids(view) or ()
+    return [t.name + (f" (layer {ids[i]})" if i < len(ids) else " (after the final norm)" if t.key == "target"
+                      else "") for i, t in enumerate(view.layers)]
 
 
 def _finite(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
@@ -28,7 +29,9 @@ def _finite(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
     bad = [(names[i], s) for i, s in enumerate(v.layers) if s.nan or s.inf]
     if not bad:
         return ()
-    parts = "; ".join(f"{name}: {s.nan} NaN, {s.inf} Inf, first at token {s.first_bad}" for name, s in bad)
+    parts = "; ".join(f"{name}: {s.nan} NaN, {s.inf} Inf, first at token {s.first_bad}" for name, s in _first(bad))
+    if len(bad) > SHOWN:
+        parts += f"; and {len(bad) - SHOWN} more layers"
     allowed, skip = None, False
     if ctx.options.nonfinite == "warn":
         allowed = "--nonfinite warn: reported, sample kept"
@@ -46,24 +49,62 @@ def _nonzero_layer(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
     if not isinstance(v, SampleValues):
         return ()
     names = slot_names(v.view, ctx.expected)
-    return [RuleFinding(f"{names[i]} is all zeros: the capture never wrote this layer (a hook on the wrong module, "
-                        "or a buffer returned before it was filled)", "check that the capture hook runs for this "
-                        "layer id") for i, s in enumerate(v.layers) if not s.nonzero]
+    zero = [names[i] for i, s in enumerate(v.layers) if not s.nonzero]
+    if not zero:
+        return ()
+    what = f"{zero[0]} is" if len(zero) == 1 else f"{_listed(zero)} ({len(zero)} of {len(names)} layers) are"
+    return [RuleFinding(f"{what} all zeros: the capture never wrote this layer (a hook on the wrong module, or a "
+                        "buffer returned before it was filled)", "check that the capture hook runs for this layer id")]
 
 
 NONZERO_LAYER = Rule("nonzero_layer", "--values: no layer is all zeros", Phase.VALUES, _nonzero_layer)
+
+
+def _zero_rows(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
+    if not isinstance(v, SampleValues):
+        return ()
+    names = slot_names(v.view, ctx.expected)
+    # A layer that is all zeros is nonzero_layer's finding; here, the rows of the others.
+    bad = [(names[i], s) for i, s in enumerate(v.layers) if s.zero_rows and s.nonzero]
+    if not bad:
+        return ()
+    tokens = v.layers[0].rows
+    parts = "; ".join(f"{name}: {s.zero_rows} of {tokens} rows, first at token {s.first_zero}"
+                      for name, s in _first(bad))
+    if len(bad) > SHOWN:
+        parts += f"; and {len(bad) - SHOWN} more layers"
+    return [RuleFinding(f"rows of all zeros in {len(bad)} of {len(v.layers)} layers ({parts}): a token's state is "
+                        "never all zeros, so these rows were never written (padding stored as states, a buffer "
+                        "cut short, or rows lost in a batch)", "store only the rows of the sample's real tokens, "
+                        "each captured", found=parts)]
+
+
+ZERO_ROWS = Rule("zero_rows", "--values: no token's state is all zeros in any layer", Phase.VALUES, _zero_rows)
 
 
 def _distinct_layers(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
     if not isinstance(v, SampleValues):
         return ()
     names = slot_names(v.view, ctx.expected)
-    return [RuleFinding(f"{names[i]} and {names[j]} are identical: one layer was stored twice (duplicate layer ids, "
-                        "or a reused capture buffer)", "capture each layer into its own tensor")
-            for i, j in v.identical]
+    return [RuleFinding(f"{_listed([names[i] for i in group])} are identical: one layer was stored "
+                        f"{'twice' if len(group) == 2 else f'{len(group)} times'} (duplicate layer ids, or a reused "
+                        "capture buffer)", "capture each layer into its own tensor") for group in _first(v.identical)]
 
 
 DISTINCT_LAYERS = Rule("distinct_layers", "--values: no two layers are identical", Phase.VALUES, _distinct_layers)
+
+SHOWN = 5
+"""Items a message lists before saying how many more there are: a file may claim thousands of layers."""
+
+
+def _first(items: Sequence) -> Sequence:
+    return items[:SHOWN]
+
+
+def _listed(names: Sequence[str]) -> str:
+    if len(names) > SHOWN:
+        return ", ".join(names[:SHOWN]) + f" and {len(names) - SHOWN} more"
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
 
 def _layer_order(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
@@ -78,14 +119,17 @@ def _layer_order(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
         slots.sort(key=lambda i: ids[i])
     medians = {i: v.layers[i].median_rms for i in slots}
     names = slot_names(view, ctx.expected)
-    for a, i in enumerate(slots):
-        for j in slots[a + 1:]:
-            if medians[j] < ORDER_RATIO * medians[i]:
-                return [RuleFinding(f"{names[j]} has median RMS {medians[j]:.4g}, less than half of {names[i]} "
-                                    f"before it ({medians[i]:.4g}): the residual stream grows with depth, so the "
-                                    "layers look reversed or shuffled (or the layer ids are wrong)",
-                                    "store layers in the order of their ids; check the ids the extraction used",
-                                    found=", ".join(f"{medians[k]:.4g}" for k in slots))]
+    # Some earlier layer is over twice a later one exactly when the largest earlier one is: one pass.
+    peak: int | None = None
+    for j in slots:
+        if peak is not None and medians[j] < ORDER_RATIO * medians[peak]:
+            return [RuleFinding(f"{names[j]} has median RMS {medians[j]:.4g}, less than half of {names[peak]} "
+                                f"before it ({medians[peak]:.4g}): the residual stream grows with depth, so the "
+                                "layers look reversed or shuffled (or the layer ids are wrong)",
+                                "store layers in the order of their ids; check the ids the extraction used",
+                                found=", ".join(f"{medians[k]:.4g}" for k in _first(slots)))]
+        if peak is None or medians[j] > medians[peak]:
+            peak = j
     return ()
 
 
