@@ -23,7 +23,7 @@ from compat.gate import expect
 from compat.gate.collect import Found, Key, collect, where
 from compat.gate.discover import discover
 from compat.gate.options import GateOptions
-from compat.gate.read.files import read_file
+from compat.gate.read.files import NOT_DATA, read_file
 from compat.gate.read.layouts import Layout
 from compat.gate.read.views import FailureKind, FileView, ReadFailure
 from compat.gate.recompute import recompute
@@ -126,7 +126,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     views, scanned = _read(found_files.files, options, exp, progress)
     views += [FileView(link, 0, failure=ReadFailure(
         FailureKind.UNREADABLE, "a link to a directory already walked (a symlink loop, or a second link to the "
-        "same directory): not walked again", "SymlinkLoop")) for link in found_files.loops]
+        "same directory): not walked again", "SymlinkLoop", fix=NOT_DATA)) for link in found_files.loops]
     samples = [s for view in views for s in view.samples]
     # What no flag or config states is taken from the majority of samples of the same layout: a run over
     # two datasets (say EAGLE checkpoints next to vLLM files) must not judge one by the other.

@@ -13,6 +13,7 @@ from compat.gate.read.samples import LayoutMismatch, missing_tensors_sample, sam
 from compat.gate.read.torch_load import FormatError, load_error, load_structure
 from compat.gate.read.views import FailureKind, FileView, ReadFailure
 
+NOT_DATA = "move it out of the dataset's directory, or replace it with the data file it stands for"
 TORCH_SUFFIXES = frozenset({".pt", ".pth", ".ckpt"})
 DATA_SUFFIXES = TORCH_SUFFIXES | {".safetensors"}
 
@@ -32,7 +33,8 @@ def read_file(path: str, forced: Layout | None = None, hidden_size: int | None =
         return FileView(path, 0, failure=_cannot_open(exc))
     if not stat.S_ISREG(info.st_mode):
         return FileView(path, 0, failure=_unreadable(
-            f"not a regular file but {_file_kind(info.st_mode)}: only regular files hold data", "NotRegularFile"))
+            f"not a regular file but {_file_kind(info.st_mode)}: only regular files hold data", "NotRegularFile",
+            fix=NOT_DATA))
     try:
         if path.endswith(".safetensors"):
             return read_safetensors(path, forced)
@@ -56,8 +58,8 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _unreadable(message: str, error_type: str, tb: str | None = None) -> ReadFailure:
-    return ReadFailure(FailureKind.UNREADABLE, message, error_type, tb)
+def _unreadable(message: str, error_type: str, tb: str | None = None, fix: str | None = None) -> ReadFailure:
+    return ReadFailure(FailureKind.UNREADABLE, message, error_type, tb, fix)
 
 
 def _cannot_open(exc: OSError) -> ReadFailure:

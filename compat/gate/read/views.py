@@ -71,6 +71,8 @@ class ReadFailure:
     message: str
     error_type: str
     traceback: str | None = None
+    fix: str | None = None
+    """What to do about it, when it is not the usual (re-extract the sample)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ _REREAD = "re-extract this sample; the file is damaged or was never completely w
 def _unreadable_file(subject: ReadSubject, _ctx: Context) -> Sequence[RuleFinding]:
     if not isinstance(subject, ReadFailure) or subject.kind is not FailureKind.UNREADABLE:
         return ()
-    return [RuleFinding(f"{subject.message} [{subject.error_type}]", _REREAD, found=subject.error_type,
+    return [RuleFinding(f"{subject.message} [{subject.error_type}]", subject.fix or _REREAD, found=subject.error_type,
                         traceback=subject.traceback)]
 
 
