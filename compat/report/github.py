@@ -33,7 +33,7 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
         if f.status is Status.OK:
             continue
         level = "error" if id(f) in failing else ("notice" if f.allowed else "warning")
-        props = [f"title={_escape(f'{result.tool} {f.check}: {f.status.value}', True)}"]
+        props = [f"title={_escape(f'{result.tool} {f.check}: {f.status.value}: {f.symbol}', True)}"]
         if f.consumer_location and ":" in f.consumer_location:
             file, _, line = f.consumer_location.rpartition(":")
             props = [f"file={_escape(_file(result, file), True)}", f"line={line}"] + props

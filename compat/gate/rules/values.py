@@ -88,7 +88,12 @@ def _distinct_layers(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
     names = slot_names(v.view, ctx.expected)
     return [RuleFinding(f"{_listed([names[i] for i in group])} are identical: one layer was stored "
                         f"{'twice' if len(group) == 2 else f'{len(group)} times'} (duplicate layer ids, or a reused "
-                        "capture buffer)", "capture each layer into its own tensor") for group in _first(v.identical)]
+                        "capture buffer)", "capture each layer into its own tensor") for group in _first(_not_empty(v))]
+
+
+def _not_empty(v: SampleValues) -> list[tuple[int, ...]]:
+    """Groups of identical layers, leaving out all-zero layers (alike because empty: nonzero_layer's finding)."""
+    return [group for group in v.identical if v.layers[group[0]].nonzero]
 
 
 DISTINCT_LAYERS = Rule("distinct_layers", "--values: no two layers are identical", Phase.VALUES, _distinct_layers)
