@@ -67,19 +67,20 @@ def _lean(st, embedding, slots: int) -> list[Lean]:
     if int(ids.min()) < 0 or int(ids.max()) >= embedding.shape[0]:
         raise ValueError(f"token ids outside the reference model's vocabulary of {embedding.shape[0]}")
     other = ids.roll(tokens // 2)
-    h = st.block(0, tokens).float()  # [T, layers, H]
-    h = h - h.mean(dim=0, keepdim=True)
-    d = torch.empty(tokens, slots)
-    for start in range(0, tokens, _ROWS):
-        stop = min(tokens, start + _ROWS)
-        own, rolled = embedding[ids[start:stop]], embedding[other[start:stop]]
-        rows = h[start:stop]
-        norm = rows.norm(dim=-1).clamp_min(1e-30)
-        d[start:stop] = ((rows * own[:, None]).sum(-1) / (norm * own.norm(dim=-1)[:, None].clamp_min(1e-30))
-                         - (rows * rolled[:, None]).sum(-1) / (norm * rolled.norm(dim=-1)[:, None].clamp_min(1e-30)))
-    d = torch.nan_to_num(d, nan=0.0)
-    mean, std = d.mean(dim=0), d.std(dim=0)
-    return [Lean(float(m), float(s) / tokens ** 0.5) for m, s in zip(mean, std)]
+    leans = []
+    for slot in range(slots):  # one layer in memory at a time
+        h = st.layer(slot).float()
+        h = h - h.mean(dim=0, keepdim=True)
+        d = torch.empty(tokens)
+        for start in range(0, tokens, _ROWS):
+            stop = min(tokens, start + _ROWS)
+            own, rolled, rows = embedding[ids[start:stop]], embedding[other[start:stop]], h[start:stop]
+            norm = rows.norm(dim=-1).clamp_min(1e-30)
+            d[start:stop] = ((rows * own).sum(-1) / (norm * own.norm(dim=-1).clamp_min(1e-30))
+                             - (rows * rolled).sum(-1) / (norm * rolled.norm(dim=-1).clamp_min(1e-30)))
+        d = torch.nan_to_num(d, nan=0.0)
+        leans.append(Lean(float(d.mean()), float(d.std()) / tokens ** 0.5))
+    return leans
 
 
 def check_pairing(views: Sequence[SampleView], embedding) -> PairingRun:

@@ -67,7 +67,9 @@ class SampleTensors:
         return torch.stack(out, dim=1)
 
     def layer(self, i: int):
-        return self.block(0, self.view.layers[i].shape[0])[:, i]
+        """Layer ``i`` whole, ``[T, hidden]``: only its bytes are read."""
+        rows, hidden = self.view.layers[i].shape
+        return self.part(0, rows, i, i + 1, 0, hidden)[:, 0]
 
 
 @contextmanager
