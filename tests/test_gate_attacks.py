@@ -331,3 +331,12 @@ def run_cli_gate(*args, env: dict | None = None):
     full = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent), **(env or {}))
     return subprocess.run([sys.executable, "-m", "compat.gate", *map(str, args), "--no-progress"],
                           capture_output=True, text=True, env=full, timeout=120, errors="backslashreplace")
+
+
+def test_ignoring_readable_reports_an_unread_file_instead_of_crashing(tmp_path):
+    _good(tmp_path)
+    (tmp_path / "data_0.pt").write_bytes(b"not a tensor file")
+    run = run_capped(tmp_path, "--ignore", "readable")
+    assert run.returncode == 0, run.stderr
+    (f,) = run.findings("data_0.pt")
+    assert f["status"] == "ok" and f["message"].startswith("not checked")

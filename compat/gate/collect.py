@@ -53,6 +53,9 @@ def collect(views: list[FileView], found: Found, ignore: frozenset[str], root: P
 
 
 def _ok_message(view: FileView) -> str:
+    if not view.samples:
+        reason = view.failure.message if view.failure else "no samples"
+        return f"not checked, its finding dropped by --ignore: {reason}"
     s = view.samples[0]
     layer = s.layers[0] if s.layers else None
     shape = f"[T, {layer.shape[-1]}] {layer.dtype}" if layer is not None else "-"
