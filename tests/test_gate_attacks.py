@@ -33,7 +33,10 @@ class Model:
         self.layers = len(self.hf.model.layers)
         self._outs: list = []
         for layer in self.hf.model.layers:
-            layer.register_forward_hook(lambda _m, _i, out: self._outs.append(out[0] if isinstance(out, tuple) else out))
+            layer.register_forward_hook(self._hook)
+
+    def _hook(self, _module, _inputs, out) -> None:
+        self._outs.append(out[0] if isinstance(out, tuple) else out)
 
     def states(self, ids) -> dict:
         self._outs = []
