@@ -1,0 +1,87 @@
+"""The audit in the wild: audit a corpus of real consumers of vLLM's internals at the vLLM they pin and at a
+later one, and print per consumer and build: touchpoints, ok, broken, changed, unknown, error.
+
+At the pinned build the consumer's code is known to work, so every ``broken`` finding there is a false alarm
+unless the code is dead or belongs to an optional extra pinned elsewhere; ``--list-broken`` prints them for
+that verdict. Releases come from the package index (downloaded once, cached, read statically).
+
+    python benchmarks/consumers.py                      # the whole corpus
+    python benchmarks/consumers.py --only arctic --list-broken
+    python benchmarks/consumers.py --json out.json      # counts and findings, for comparing two runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from compat import sources  # noqa: E402
+from compat.audit.pipeline import AuditOptions, Auditor  # noqa: E402
+from compat.consumer.scan import scan_tree  # noqa: E402
+from compat.vllm.builds import open_build  # noqa: E402
+
+# (distribution, release, the vLLM it pins, later vLLM releases to audit it against)
+CORPUS = [
+    ("speculators", "0.3.0", "0.11.0", ("0.12.0", "0.18.0")),
+    ("arctic-inference", "0.1.2", "0.11.0", ("0.13.0",)),
+    ("arctic-inference", "0.2.0", "0.18.0", ("0.26.0",)),
+    ("arctic-inference", "0.3.0", "0.26.0", ("0.32.0",)),
+    ("vllm-ascend", "0.11.0", "0.11.0", ("0.13.0",)),
+    ("vllm-ascend", "0.13.0", "0.13.0", ("0.18.0",)),
+    ("vllm-ascend", "0.18.0", "0.18.0", ("0.26.0",)),
+]
+STATUSES = ("ok", "broken", "changed", "unknown", "error")
+
+
+def audit(name: str, release: str, pinned: str, later: tuple[str, ...]) -> list[dict]:
+    scan = scan_tree(sources.tree_from_release(name, release))
+    auditor = Auditor(AuditOptions(confirm="never"))
+    rows = []
+    for vllm in (pinned, *later):
+        started = time.perf_counter()
+        result = auditor.run(scan, open_build(vllm), written_for=open_build(pinned).surface)
+        counts = Counter(f.status.value for f in result.findings)
+        rows.append({"consumer": f"{name}=={release}", "vllm": vllm, "pinned": vllm == pinned,
+                     "touchpoints": len(scan.touchpoints), **{s: counts.get(s, 0) for s in STATUSES},
+                     "seconds": round(time.perf_counter() - started, 1),
+                     "findings": [f.as_dict() for f in result.findings if f.status.value != "ok"]})
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", help="consumers whose name contains this")
+    p.add_argument("--list-broken", action="store_true", help="list the broken findings at the pinned builds")
+    p.add_argument("--json", type=Path, help="write counts and non-ok findings here")
+    args = p.parse_args()
+    rows = []
+    print(f"{'consumer':28} {'vllm':8} {'touchpoints':>11} " + " ".join(f"{s:>7}" for s in STATUSES))
+    for entry in CORPUS:
+        if args.only and args.only not in entry[0]:
+            continue
+        for row in audit(*entry):
+            rows.append(row)
+            mark = " (pinned)" if row["pinned"] else ""
+            print(f"{row['consumer']:28} {row['vllm']:8} {row['touchpoints']:>11} "
+                  + " ".join(f"{row[s]:>7}" for s in STATUSES) + mark, flush=True)
+    pinned = [r for r in rows if r["pinned"]]
+    print(f"\nat the pinned builds: {sum(r['broken'] for r in pinned)} broken, "
+          f"{sum(r['unknown'] for r in pinned)} unknown over {len(pinned)} audits")
+    if args.list_broken:
+        for row in pinned:
+            for f in row["findings"]:
+                if f["status"] == "broken":
+                    print(f"{row['consumer']} @ {row['vllm']}: {f['probe']} {f['consumer_location']} {f['message']}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
