@@ -95,8 +95,8 @@ def read_torch(path: str, forced: Layout | None, hidden_size: int | None, layers
         samples = tuple(sample_from_object(path, i, item, forced, hidden_size, layers) for i, item in items)
     except LayoutMismatch as exc:
         return FileView(path, size, failure=ReadFailure(FailureKind.LAYOUT_MISMATCH, str(exc), type(exc).__name__))
-    except FormatError as exc:
-        return FileView(path, size, failure=_unreadable(str(exc), type(exc).__name__))
+    except FormatError as exc:  # not a torch.save file, or an archive refused unread (ArchiveRefused)
+        return FileView(path, size, failure=_unreadable(one_line(exc), type(exc).__name__))
     except OSError as exc:
         return FileView(path, size, failure=_cannot_open(exc))
     except Exception as exc:  # noqa: BLE001 - any failure to load is a finding about this file, not a crash

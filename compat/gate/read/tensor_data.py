@@ -1,6 +1,7 @@
 """Lazy access to the tensor data of samples already described by their header: token ids, loss mask, and row
-ranges of every layer. Files are memory-mapped (safetensors slices, ``torch.load(mmap=True)``), so a large
-sample never sits in memory whole."""
+ranges of every layer. Files are memory-mapped (safetensors slices, ``torch.load(mmap=True)``; a deflated
+``torch.save`` archive is inflated on demand, ``torch_load.open_values``), so a large sample never sits in memory
+whole."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from compat.gate.read.files import read_file
 from compat.gate.read.layouts import Layout
-from compat.gate.read.torch_load import load_torch
+from compat.gate.read.torch_load import open_values
 from compat.gate.read.views import FileView, SampleView
 
 
@@ -81,9 +82,9 @@ def open_file(file: FileView) -> Iterator[list[SampleTensors]]:
         with safe_open(file.path, framework="pt") as handle:
             yield [SampleTensors(s, handle.get_slice) for s in file.samples]
         return
-    obj = load_torch(file.path)
-    items = obj if isinstance(obj, (list, tuple)) else [obj]
-    yield [SampleTensors(s, items[s.index or 0].__getitem__) for s in file.samples]
+    with open_values(file.path) as obj:
+        items = obj if isinstance(obj, (list, tuple)) else [obj]
+        yield [SampleTensors(s, items[s.index or 0].__getitem__) for s in file.samples]
 
 
 @contextmanager

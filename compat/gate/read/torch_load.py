@@ -1,14 +1,37 @@
-"""Loading ``torch.save`` files without unpickling arbitrary objects: the archive's structure when it is plain
-tensors (``torch_header``), else ``torch.load(weights_only=True)``, memory-mapped."""
+"""Loading ``torch.save`` files without unpickling arbitrary objects, and without trusting what their archive
+claims (``torch_header`` checks it first): the structure when it is plain tensors, else
+``torch.load(weights_only=True)`` of the checked archive; tensor values memory-mapped from a stored archive,
+and from a deflated one inflated on demand, never past what the pickle says a storage needs (``open_values``)."""
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from math import prod
 from typing import Any
 
+from compat.gate.read.tensors import ITEMSIZE
+from compat.gate.read.torch_header import (
+    Archive,
+    FormatError,
+    MemberStream,
+    NotPlain,
+    StorageRef,
+    TensorStub,
+    ZipBomb,
+    inflation_limit,
+    read_archive,
+    read_directory,
+    read_stubs,
+    refuse_shared,
+)
 
-class FormatError(Exception):
-    """Not a torch.save file at all."""
+INFLATION_BUDGET = 4
+"""Reading a deflated archive's values may inflate at most this many times its ``inflation_limit``: a storage
+is inflated about once when its tensors are read in order, so only views built to make the reader start a
+storage over and over reach it."""
 
 
 def load_torch(path: str | os.PathLike) -> Any:
@@ -24,23 +47,51 @@ def load_torch(path: str | os.PathLike) -> Any:
         return torch.load(path, map_location="cpu", weights_only=True)
 
 
+def _load_inflating(path: str) -> Any:
+    """``torch.load`` of a checked deflated archive: memory-mapping would read compressed bytes as values, so
+    torch inflates every storage, together no more than the ``inflation_limit`` the directory was held to."""
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
 def load_structure(path: str) -> Any:
-    """The stored object: tensor stubs from the archive's pickle (fast), else torch.load's answer.
+    """The stored object: tensor stubs from the checked archive's pickle (fast), else torch.load's answer.
 
-    Raises ``FormatError`` for a file that is neither a zip archive nor a pickle stream.
+    Raises ``FormatError`` for a file that is neither a zip archive nor a pickle stream, and its subclass
+    ``ArchiveRefused`` for an archive whose directory lies or declares too much, or an object that reaches one
+    container twice.
     """
-    from compat.gate.read.torch_header import NotPlain, read_structure
-
     try:
-        return read_structure(path)
+        archive = read_archive(path)
     except NotPlain:
-        pass  # not a plain tensor archive: torch.load (weights only) decides, and says why not
-    with open(path, "rb") as handle:
-        magic = handle.read(4)
-    if magic[:2] != b"PK" and magic[:1] != b"\x80":
-        # torch.save writes a zip archive (or, before 1.6, a pickle stream): anything else is another format.
-        raise FormatError(f"not a torch.save file (a zip archive or pickle stream): it starts with {magic!r}")
-    return load_torch(path)
+        archive = None  # no zip archive, or no data.pkl in it: torch.load says what it is
+    obj = _stubs(archive)
+    if obj is None:
+        obj = _load_checked(path, archive)
+    refuse_shared(obj)
+    return obj
+
+
+def _stubs(archive: Archive | None) -> Any:
+    if archive is None:
+        return None
+    try:
+        return read_stubs(archive)
+    except NotPlain:
+        return None  # not plain tensors: torch.load (weights only) decides, and says why not
+
+
+def _load_checked(path: str, archive: Archive | None) -> Any:
+    if archive is None:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+        if magic[:2] != b"PK" and magic[:1] != b"\x80":
+            # torch.save writes a zip archive (or, before 1.6, a pickle stream): anything else is another format.
+            raise FormatError(f"not a torch.save file (a zip archive or pickle stream): it starts with {magic!r}")
+    if archive is None or archive.directory.stored:
+        return load_torch(path)
+    return _load_inflating(path)
 
 
 def load_error(exc: Exception) -> str:
@@ -51,3 +102,155 @@ def load_error(exc: Exception) -> str:
         return f"torch.load(weights_only=True) refused to unpickle it: {reason}"
     first = " ".join(text.split()).split(". ")[0][:240] or "(no message)"
     return f"torch.load(weights_only=True) failed: {first}"
+
+
+@contextmanager
+def open_values(path: str) -> Iterator[Any]:
+    """The stored object with tensors whose values can be read: memory-mapped from a stored archive (what
+    ``torch.save`` writes), ``InflatedTensor``s for a deflated one. The file's structure was read first
+    (``load_structure``); its directory is checked again unless unchanged since, and raises as it did."""
+    try:
+        directory = read_directory(path)
+    except NotPlain:
+        yield load_torch(path)  # a legacy (pre-zip) file, or none: torch.load says which
+        return
+    if directory.stored:
+        yield load_torch(path)
+        return
+    archive = read_archive(path, directory)
+    obj = _stubs(archive)
+    if obj is None or not _native_byte_order(archive):
+        obj = _load_inflating(path)
+        refuse_shared(obj)
+        yield obj
+        return
+    refuse_shared(obj)
+    yield _inflated(obj, _Inflater(archive))
+
+
+def _native_byte_order(archive: Archive) -> bool:
+    member = archive.directory.members.get(f"{archive.prefix}byteorder")
+    if member is None:
+        return sys.byteorder == "little"  # what torch assumes of an archive that does not say
+    return member.size < 8 and bytes(MemberStream(archive.directory, member).read(0, member.size)) == \
+        sys.byteorder.encode()
+
+
+def _inflated(obj: Any, inflater: _Inflater, depth: int = 0) -> Any:
+    """``obj`` with each ``TensorStub`` a sample can hold (a file's list, a sample's dict, a layer list) made an
+    ``InflatedTensor``."""
+    if isinstance(obj, TensorStub):
+        return InflatedTensor(obj, inflater)
+    if depth >= 3:
+        return obj
+    if isinstance(obj, dict):
+        return {key: _inflated(value, inflater, depth + 1) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_inflated(value, inflater, depth + 1) for value in obj]
+    return obj
+
+
+class _Inflater:
+    """The storages of one deflated archive, read for its ``InflatedTensor``s within one budget of bytes
+    inflated. It keeps at most ``_STREAMS`` streams (each a 32 KiB window and a read of compressed bytes), the
+    last block read (parts of one row range are asked one after another) and the last storage inflated whole."""
+
+    _STREAMS = 64
+
+    def __init__(self, archive: Archive) -> None:
+        self.archive = archive
+        self.budget = INFLATION_BUDGET * inflation_limit(archive.directory.file_size)
+        self.spent = 0
+        self._streams: dict[int, MemberStream] = {}  # by tensor, oldest first
+        self._block: tuple[tuple, Any] | None = None
+        self._whole: tuple[str, Any] | None = None
+
+    def rows(self, tensor: InflatedTensor, begin: int, end: int, make):
+        """``make(bytes)`` of bytes ``begin:end`` of ``tensor``'s storage, read forward by its own stream."""
+        key = (id(tensor), begin, end)
+        if self._block is not None and self._block[0] == key:
+            return self._block[1]
+        self._block = None
+        stream = self._streams.pop(id(tensor), None) or self._stream(tensor.stub.storage)
+        self._streams[id(tensor)] = stream
+        if len(self._streams) > self._STREAMS:
+            del self._streams[next(iter(self._streams))]
+        self._block = (key, make(self._read(stream, begin, end)))
+        return self._block[1]
+
+    def whole(self, storage: StorageRef):
+        """The storage's bytes as a uint8 tensor (the last one asked for is kept)."""
+        import torch
+
+        if self._whole is None or self._whole[0] != storage.key:
+            self._whole = None  # let the previous storage go before the next is built
+            data = self._read(self._stream(storage), 0, storage.nbytes)
+            self._whole = (storage.key, torch.frombuffer(data, dtype=torch.uint8) if data else
+                           torch.empty(0, dtype=torch.uint8))
+        return self._whole[1]
+
+    def _stream(self, storage: StorageRef) -> MemberStream:
+        directory = self.archive.directory
+        return MemberStream(directory, directory.members[f"{self.archive.prefix}data/{storage.key}"])
+
+    def _read(self, stream: MemberStream, begin: int, end: int) -> bytearray:
+        before = stream.spent
+        data = stream.read(begin, end)
+        self.spent += stream.spent - before
+        if self.spent > self.budget:
+            raise ZipBomb(f"reading its tensors inflated over {self.budget} bytes ({INFLATION_BUDGET}x its inflation "
+                          "limit): views that make the reader inflate their storages again and again")
+        return data if isinstance(data, bytearray) else bytearray(data)
+
+
+class InflatedTensor:
+    """A tensor of a deflated archive, read on demand. Rows ``a:b`` of a contiguous tensor (what ``torch.save``
+    of ``.contiguous()`` writes) inflate its storage only up to them, continuing where the last read stopped, so
+    a sample read in order is inflated once and never sits in memory whole (of a single row, only the columns
+    asked for); other views inflate their storage whole. ``tensor[rows, ...]`` and ``tensor[:]`` are what the
+    value reader asks."""
+
+    def __init__(self, stub: TensorStub, inflater: _Inflater) -> None:
+        import torch
+
+        self.stub = stub
+        self.shape = stub.shape
+        self.dtype = getattr(torch, stub.storage.dtype)
+        self._inflater = inflater
+
+    def __getitem__(self, index):
+        rows, rest = (index[0], index[1:]) if isinstance(index, tuple) else (index, ())
+        if not (self.stub.contiguous and self.shape and _forward(rows)):
+            storage = self._inflater.whole(self.stub.storage).view(self.dtype)
+            return storage.as_strided(self.shape, self.stub.stride, self.stub.offset)[index]
+        start, stop, _ = rows.indices(self.shape[0])
+        stop = max(start, stop)
+        width = self.shape[1] if len(self.shape) > 1 else 1
+        lo, hi = 0, width
+        if stop - start == 1 and len(self.shape) > 1 and rest and _forward(rest[0]):
+            lo, hi, _ = rest[0].indices(width)  # one row: only the columns asked for
+            hi = max(lo, hi)
+            rest = (slice(None), *rest[1:])
+        block = self._read(start, stop, lo, hi)
+        return block[(slice(None), *rest)] if rest else block
+
+    def _read(self, start: int, stop: int, lo: int, hi: int):
+        """Rows ``start:stop`` (of a single row, its elements ``lo:hi`` along the second dimension)."""
+        import torch
+
+        inner = prod(self.shape[2:])
+        width = self.shape[1] if len(self.shape) > 1 else 1
+        itemsize = ITEMSIZE[self.stub.storage.dtype]
+        first = self.stub.offset + (start * width + lo) * inner
+        count = (stop - start) * width * inner if (lo, hi) == (0, width) else (hi - lo) * inner
+        shape = (stop - start,) if len(self.shape) == 1 else (stop - start, hi - lo, *self.shape[2:])
+
+        def make(data: bytearray):
+            flat = torch.frombuffer(data, dtype=self.dtype) if data else torch.empty(0, dtype=self.dtype)
+            return flat.view(shape)
+
+        return self._inflater.rows(self, first * itemsize, (first + count) * itemsize, make)
+
+
+def _forward(index) -> bool:
+    return isinstance(index, slice) and index.step in (None, 1)
