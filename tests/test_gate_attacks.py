@@ -343,3 +343,15 @@ def test_ignoring_readable_reports_an_unread_file_instead_of_crashing(tmp_path):
     assert run.returncode == 0, run.stderr
     (f,) = run.findings("data_0.pt")
     assert f["status"] == "ok" and f["message"].startswith("not checked")
+
+
+def test_one_tensor_referenced_thousands_of_times_is_not_read_thousands_of_times(tmp_path):
+    _good(tmp_path)
+    layer = torch.randn(1000, 64)
+    torch.save({"input_ids": torch.arange(1000), "hidden_states": [layer] * 2000,
+                "loss_mask": torch.ones(1000, dtype=torch.long)}, tmp_path / "data_0.pt")
+    run = run_capped(tmp_path, "--values", "--ignore", "layer_count", timeout=60)
+    assert run.returncode == 1 and run.max_rss_mb < 1024, run.stderr
+    (f,) = run.failing("data_0.pt")
+    assert f["probe"] == "readable" and "referenced many times" in f["message"]
+    assert [g["status"] for g in run.findings("good")] == ["ok"]

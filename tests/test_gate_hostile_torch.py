@@ -20,19 +20,11 @@ from pathlib import Path
 import pytest
 
 from compat.gate import value_stats
-from compat.gate.read import torch_header, torch_load
+from compat.gate.read import torch_header, torch_load, zip_archive
 from compat.gate.read.files import read_file
 from compat.gate.read.tensor_data import open_file
-from compat.gate.read.torch_header import (
-    DirectoryMismatch,
-    OversizedPickle,
-    SharedContainer,
-    TensorStub,
-    ZipBomb,
-    read_archive,
-    read_directory,
-    refuse_shared,
-)
+from compat.gate.read.torch_header import OversizedPickle, SharedContainer, TensorStub, read_archive, refuse_shared
+from compat.gate.read.zip_archive import DirectoryMismatch, ZipBomb, read_directory
 
 from .gate_files import layered, write_speculators
 from .hostile import run_capped
@@ -278,8 +270,8 @@ def test_a_deflated_archive_torch_loads_passes_with_its_values(tmp_path):
 # -- the bounds, on small fixtures ------------------------------------------------------------------------------
 
 def test_the_inflation_limit_is_a_constant_plus_fifty_times_the_file(tmp_path):
-    assert torch_header.inflation_limit(0) == 16 * MiB
-    assert torch_header.inflation_limit(MiB) == 66 * MiB
+    assert zip_archive.inflation_limit(0) == 16 * MiB
+    assert zip_archive.inflation_limit(MiB) == 66 * MiB
     under, over = tmp_path / "under.pt", tmp_path / "over.pt"
     under.write_bytes(zip_bytes([deflated_zeros("a/extra", 16)]))
     over.write_bytes(zip_bytes([deflated_zeros("a/extra", 18)]))
@@ -303,7 +295,7 @@ def test_the_inflation_limit_is_a_constant_plus_fifty_times_the_file(tmp_path):
 @pytest.mark.parametrize("whole", [True, False], ids=["read-whole", "read-by-offsets"])
 def test_inconsistent_directories_are_refused(tmp_path, monkeypatch, case, expected, whole):
     if not whole:
-        monkeypatch.setattr(torch_header, "_WHOLE", 0)  # what files over 256 KiB get
+        monkeypatch.setattr(zip_archive, "_WHOLE", 0)  # what files over 256 KiB get
     members = [stored("a/data.pkl", pickled({"x": 1})), stored("a/one", b"1" * 100), stored("a/two", b"2" * 100)]
     path = tmp_path / "x.pt"
     path.write_bytes(zip_bytes(members))
@@ -330,7 +322,7 @@ def test_inconsistent_directories_are_refused(tmp_path, monkeypatch, case, expec
 def test_the_directory_reader_agrees_with_zipfile_on_real_archives(tmp_path, monkeypatch, whole):
     """torch.save's archives (zip64 end records, data descriptors), zipfile's, deflated, and zip64 fields."""
     if not whole:
-        monkeypatch.setattr(torch_header, "_WHOLE", 0)
+        monkeypatch.setattr(zip_archive, "_WHOLE", 0)
     torch.save(sample(), tmp_path / "saved.pt")
     rezipped(tmp_path / "saved.pt", tmp_path / "deflated.pt")
     with zipfile.ZipFile(tmp_path / "zip64.pt", "w", zipfile.ZIP_DEFLATED) as z, \
@@ -366,22 +358,22 @@ def test_a_stream_never_gives_more_than_declared_nor_reads_past_its_bytes(tmp_pa
     name, method, payload, size, crc = deflated("a/m", data)
     (tmp_path / "more.pt").write_bytes(zip_bytes([(name, method, payload, size - 1000, zlib.crc32(data[:-1000]))]))
     directory = read_directory(str(tmp_path / "more.pt"))
-    stream = torch_header.MemberStream(directory, directory.members["a/m"])
+    stream = zip_archive.MemberStream(directory, directory.members["a/m"])
     assert bytes(stream.read(0, size - 1000)) == data[:-1000]  # it inflates to more: only what is declared
     with pytest.raises(DirectoryMismatch, match="declares 15384 bytes, fewer than the 15385 needed"):
         stream.read(0, size - 999)
     (tmp_path / "less.pt").write_bytes(zip_bytes([(name, method, payload[:len(payload) // 2], size, crc)]))
     directory = read_directory(str(tmp_path / "less.pt"))
     with pytest.raises(DirectoryMismatch, match="inflates to"):
-        torch_header.MemberStream(directory, directory.members["a/m"]).read(0, size)
+        zip_archive.MemberStream(directory, directory.members["a/m"]).read(0, size)
 
 
 def test_inflating_a_range_holds_only_the_range(tmp_path, monkeypatch):
     """1 KiB at 60 MiB into 64 MiB of deflated zeros: what is allocated is the range and a chunk, not 60 MiB."""
-    monkeypatch.setattr(torch_header, "INFLATION_BASE", 64 * MiB)  # zeros: over the limit of a 64 KiB file
+    monkeypatch.setattr(zip_archive, "INFLATION_BASE", 64 * MiB)  # zeros: over the limit of a 64 KiB file
     (tmp_path / "z.pt").write_bytes(zip_bytes([deflated_zeros("a/z", 64)]))
     directory = read_directory(str(tmp_path / "z.pt"))
-    stream = torch_header.MemberStream(directory, directory.members["a/z"])
+    stream = zip_archive.MemberStream(directory, directory.members["a/z"])
     tracemalloc.start()
     try:
         assert bytes(stream.read(60 * MiB, 60 * MiB + 1024)) == bytes(1024)

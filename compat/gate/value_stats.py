@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from compat.gate.read.tensor_data import SampleTensors, open_file
 from compat.gate.read.views import FailureKind, FileView, ReadFailure, SampleView
+from compat.gate.read.zip_archive import INFLATION_BASE, INFLATION_RATIO, inflation_limit
 
 CHUNK_BYTES = 32 << 20
 """The most tensor data read at once, whatever the sample's shape: rows of all layers, fewer layers, or a
@@ -67,6 +68,7 @@ def scan_file(view: FileView, token_range: bool) -> FileValues:
         with open_file(view) as tensors:
             for st in tensors:
                 if st.view.sound:  # otherwise the header rules report why; values of a malformed sample mean nothing
+                    _bounded(st.view, view.size)
                     measured.append(scan_sample(st, token_range))
     except Exception as exc:  # noqa: BLE001 - a file whose values cannot be read is a finding, the gate goes on
         failure = ReadFailure(FailureKind.UNREADABLE, str(exc), type(exc).__name__, traceback.format_exc())
@@ -89,6 +91,20 @@ class _Plan:
         layers = max(1, min(n, CHUNK_BYTES // (columns * itemsize)))
         rows = max(1, CHUNK_BYTES // (layers * columns * itemsize))
         return cls(rows, layers, columns)
+
+
+class OverClaimed(ValueError):
+    """A sample's layers claim far more bytes than its file holds: one stored tensor referenced over and over."""
+
+
+def _bounded(sample: SampleView, file_size: int) -> None:
+    """Refuse to read more than a file's bytes can hold, by the same bound as a zip archive's inflation: layers
+    sharing one tensor would otherwise be read once per reference (5,000 references cost 5,000 reads)."""
+    claimed = sum(t.nbytes for t in sample.layers)
+    if claimed > inflation_limit(file_size):
+        raise OverClaimed(f"its {len(sample.layers)} layers claim {claimed} bytes from a {file_size}-byte file, over "
+                          f"{INFLATION_BASE >> 20} MiB + {INFLATION_RATIO}x its size: the same stored data referenced "
+                          "many times")
 
 
 def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:

@@ -10,8 +10,9 @@ import traceback
 from compat.gate.read.layouts import Layout
 from compat.gate.read.safetensors_header import HeaderError, read_header
 from compat.gate.read.samples import LayoutMismatch, missing_tensors_sample, sample_from_object, stacked_sample
-from compat.gate.read.torch_load import FormatError, load_error, load_structure
+from compat.gate.read.torch_load import load_error, load_structure
 from compat.gate.read.views import FailureKind, FileView, ReadFailure
+from compat.gate.read.zip_archive import FormatError
 
 NOT_DATA = "move it out of the dataset's directory, or replace it with the data file it stands for"
 TORCH_SUFFIXES = frozenset({".pt", ".pth", ".ckpt"})

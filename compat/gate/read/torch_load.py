@@ -13,19 +13,14 @@ from math import prod
 from typing import Any
 
 from compat.gate.read.tensors import ITEMSIZE
-from compat.gate.read.torch_header import (
-    Archive,
+from compat.gate.read.torch_header import Archive, StorageRef, TensorStub, read_archive, read_stubs, refuse_shared
+from compat.gate.read.zip_archive import (
     FormatError,
     MemberStream,
     NotPlain,
-    StorageRef,
-    TensorStub,
     ZipBomb,
     inflation_limit,
-    read_archive,
     read_directory,
-    read_stubs,
-    refuse_shared,
 )
 
 INFLATION_BUDGET = 4
