@@ -109,14 +109,15 @@ def _bounded(sample: SampleView, file_size: int) -> None:
 
 def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     """One sound sample's statistics, read in parts of at most ``CHUNK_BYTES``; linear in its size whatever
-    its shape (identical layers are found by a digest of each layer's bytes, not by comparing pairs)."""
+    its shape: identical layers are found by a digest of each layer's per-token sums of squares (equal layers
+    have equal sums), and only layers whose digests agree are compared byte for byte (``_identical``)."""
     import torch
 
     view = st.view
     n, (tokens, hidden) = len(view.layers), view.layers[0].shape
     stats = [LayerStats(rows=tokens) for _ in range(n)]
     rms_parts: list[list] = [[] for _ in range(n)]
-    digests = [hashlib.blake2b(digest_size=16) for _ in range(n)]
+    digests = [hashlib.blake2b(digest_size=16) for _ in range(n)]  # of the per-token sums of squares
     itemsize = max(1, view.layers[0].nbytes // max(1, tokens * hidden))
     plan = _Plan.of(n, hidden, itemsize)
     read = 0
@@ -132,7 +133,10 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
             for c0 in range(0, hidden, plan.columns):
                 x = st.part(start, stop, lo, hi, c0, min(hidden, c0 + plan.columns))
                 read += x.numel() * x.element_size()
-                _measure(x, start, lo, stats, squares, zero, digests)
+                _measure(x, start, lo, stats, squares, zero)
+        by_layer = squares.T.contiguous().numpy()
+        for i in range(n):
+            digests[i].update(by_layer[i])
         rms = (squares / hidden).sqrt()
         for i in range(n):
             rms_parts[i].append(rms[:, i])
@@ -148,7 +152,8 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     groups: dict[bytes, list[int]] = {}
     for i, digest in enumerate(digests):
         groups.setdefault(digest.digest(), []).append(i)
-    identical = tuple(tuple(g) for g in groups.values() if len(g) > 1)
+    identical = tuple(g for candidates in groups.values() if len(candidates) > 1
+                      for g in _identical(st, candidates, tokens, hidden, plan))
     ids = st.token_ids()
     id_range = (int(ids.min()), int(ids.max())) if token_range and ids.numel() else None
     mask = st.loss_mask()
@@ -158,12 +163,31 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     return SampleValues(view, tuple(stats), identical, id_range, odd, read)
 
 
-def _measure(x, start: int, lo: int, stats: list[LayerStats], squares, zero, digests) -> None:
+def _identical(st: SampleTensors, candidates: list[int], tokens: int, hidden: int, plan: _Plan) -> list[tuple]:
+    """The groups of byte-identical layers among ``candidates`` (layers whose sums of squares agree), by a digest
+    of their bytes: a second read, of these layers only (none, in a sound dataset)."""
+    import torch
+
+    digests = {i: hashlib.blake2b(digest_size=16) for i in candidates}
+    rows = max(1, CHUNK_BYTES // max(1, hidden * st.view.layers[0].nbytes // max(1, tokens * hidden)))
+    for i in candidates:
+        for start in range(0, tokens, rows):
+            for c0 in range(0, hidden, plan.columns):
+                part = st.part(start, min(tokens, start + rows), i, i + 1, c0, min(hidden, c0 + plan.columns))
+                digests[i].update(part.contiguous().view(torch.uint8).numpy())
+    groups: dict[bytes, list[int]] = {}
+    for i in candidates:
+        groups.setdefault(digests[i].digest(), []).append(i)
+    return [tuple(g) for g in groups.values() if len(g) > 1]
+
+
+def _measure(x, start: int, lo: int, stats: list[LayerStats], squares, zero) -> None:
     """Fold one part ``x`` (``[rows, layers lo.., columns]``, stored dtype) into the sample's statistics."""
     import torch
 
     xf = x.float()
-    part = (xf * xf).sum(dim=2)  # [rows, layers]
+    part = torch.linalg.vector_norm(xf, dim=2).square_()  # [rows, layers]: sums of squares, no [rows, layers,
+    # columns] temporary
     hi = lo + x.shape[1]
     squares[:, lo:hi] += part
     is_zero = part == 0
@@ -180,6 +204,3 @@ def _measure(x, start: int, lo: int, stats: list[LayerStats], squares, zero, dig
             s.nan, s.inf = s.nan + nans[k], s.inf + infs[k]
             if s.first_bad is None and (nans[k] or infs[k]):
                 s.first_bad = start + int(bad_rows[:, k].nonzero()[0, 0])
-    raw = x.contiguous().view(torch.uint8)
-    for k in range(x.shape[1]):
-        digests[lo + k].update(raw[:, k].contiguous().numpy())
