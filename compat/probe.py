@@ -14,12 +14,25 @@ from typing import Any, TypeVar
 from compat.consumer.model import Kind, Ref, Scan, TouchPoint
 from compat.facts import Fact
 from compat.findings import Evidence, Finding, Status
-from compat.vllm.surface import Found, Lookup, Surface, Unresolved
+from compat.vllm.surface import Found, Lookup, Missing, Surface, Unresolved
 
 T = TypeVar("T")
 DEFAULT_WORKER_CLASS = "vllm.v1.worker.gpu_worker.Worker"
 DEFAULT_ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
                          "KimiK25ForConditionalGeneration")
+
+
+@dataclass(frozen=True)
+class ConsumerDefined:
+    """What the consumer itself defines on a vLLM class or module (a store, a patch class, a module attribute):
+    not vLLM's, so there is nothing of vLLM's to check, and what it holds is the consumer's own object."""
+
+    path: str
+    location: str
+
+    @property
+    def reason(self) -> str:
+        return f"{self.path} is defined by the consumer at {self.location}, not by vLLM"
 
 
 @dataclass
@@ -39,11 +52,57 @@ class ProbeContext:
         return [tp for tp in self.scan.touchpoints if tp.kind in wanted]
 
     def lookup(self, path: str, surface: Surface | None = None) -> Lookup:
+        """What ``path`` names in the build; a name the consumer sets on a vLLM module is ``ConsumerDefined``."""
         surface = surface or self.surface
         key = ("lookup", id(surface), path)
         if key not in self._memo:
-            self._memo[key] = surface.lookup(path)
+            found = surface.lookup(path)
+            if isinstance(found, Missing):
+                found = self._added_path(path, surface) or found
+            self._memo[key] = found
         return self._memo[key]
+
+    def member(self, owner: Found, name: str, surface: Surface | None = None) -> Lookup:
+        """``owner.name`` in the build, or ``ConsumerDefined`` where the consumer defines it itself."""
+        surface = surface or self.surface
+        found = surface.member(owner, name)
+        if isinstance(found, Missing):
+            where = self.added(surface).get((owner.path, name))
+            if where is not None:
+                return ConsumerDefined(f"{owner.path}.{name}", where)  # type: ignore[return-value]
+        return found
+
+    def added(self, surface: Surface | None = None) -> dict[tuple[str, str], str]:
+        """(vLLM class or module, name) -> where the consumer defines that name on it: attribute stores on vLLM
+        objects, module attributes it sets, and what its patch classes copy onto their targets."""
+        surface = surface or self.surface
+        key = ("added", id(surface))
+        if key not in self._memo:
+            self._memo[key] = {}  # while it is computed, lookups see vLLM alone
+            added: dict[tuple[str, str], str] = {}
+            for patch in self.scan.class_patches:
+                target = self.lookup(patch.target, surface)
+                if isinstance(target, Found):
+                    for name in patch.names:
+                        added.setdefault((target.path, name), f"{patch.location} ({patch.patcher})")
+            for tp in self.scan.touchpoints:
+                if tp.kind is Kind.ATTRIBUTE and tp.store and tp.receiver is not None and tp.attribute:
+                    owner = self._class_of(tp.receiver, surface)
+                    if isinstance(owner, Found):
+                        added.setdefault((owner.path, tp.attribute), str(tp.location))
+            self._memo[key] = added
+            for stale in [k for k in self._memo if k[0] in ("lookup", "class_of") and k[1] == id(surface)]:
+                del self._memo[stale]
+        return self._memo[key]
+
+    def _added_path(self, path: str, surface: Surface) -> ConsumerDefined | None:
+        parts = path.split(".")
+        added = self.added(surface)
+        for i in range(len(parts) - 1, 0, -1):
+            where = added.get((".".join(parts[:i]), parts[i]))
+            if where is not None:
+                return ConsumerDefined(".".join(parts[:i + 1]), where)
+        return None
 
     def class_of(self, ref: Ref, surface: Surface | None = None) -> Lookup:
         """The vLLM class (or module) of an object the consumer reached through ``ref``."""
@@ -58,13 +117,19 @@ class ProbeContext:
             return self.lookup(ref.symbol or "", surface)
         if ref.kind == "worker":
             return self.lookup(self.worker_class, surface)
+        if ref.kind == "self":
+            return self.lookup(ref.symbol or "", surface)
         if ref.kind == "attribute" and ref.base is not None and ref.name:
             owner = self.class_of(ref.base, surface)
             if not isinstance(owner, Found):
                 return owner
             if owner.kind == "module":
-                return surface.member(owner, ref.name)
-            return surface.attribute_type(owner, ref.name)
+                return self.member(owner, ref.name, surface)
+            found = surface.attribute_type(owner, ref.name)
+            if isinstance(found, Missing):
+                return self.member(owner, ref.name, surface) if isinstance(
+                    self.member(owner, ref.name, surface), ConsumerDefined) else found
+            return found
         if ref.kind == "call" and ref.base is not None:
             callee = self.callee(ref.base, surface)
             if not isinstance(callee, Found):
@@ -79,7 +144,7 @@ class ProbeContext:
             owner = self.class_of(ref.base, surface)
             if not isinstance(owner, Found):
                 return owner
-            return surface.member(owner, ref.name)
+            return self.member(owner, ref.name, surface)
         return self.class_of(ref, surface)
 
     def fact(self, fact: Fact[T], *inputs: Any, surface: Surface | None = None) -> T:

@@ -97,6 +97,10 @@ class Signature:
             params = params[1:]
         return Signature(params, self.returns)
 
+    def with_self(self) -> Signature:
+        """A method's signature seen through its class (``Class.method(obj, ...)``): ``self`` passed explicitly."""
+        return Signature((Parameter("self", ParamKind.POSITIONAL_OR_KEYWORD),) + self.parameters, self.returns)
+
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.parameters)
 

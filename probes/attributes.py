@@ -6,7 +6,7 @@ import difflib
 
 from compat.consumer.model import Kind, TouchPoint
 from compat.findings import Evidence, Finding, Status
-from compat.probe import Probe, ProbeContext
+from compat.probe import ConsumerDefined, Probe, ProbeContext
 from compat.vllm.surface import Found, Missing, Unresolved
 
 
@@ -15,17 +15,25 @@ class AttributeProbe(Probe):
         assert tp.receiver is not None and tp.attribute is not None
         owner = ctx.class_of(tp.receiver)
         name = tp.attribute
+        if isinstance(owner, ConsumerDefined):
+            return None  # an attribute of the consumer's own object, not of vLLM's
+        if name.startswith("__") and name.endswith("__"):
+            return self.finding(tp, Status.OK, f"{name} is Python's, on every object (not vLLM API)")
         if not isinstance(owner, Found):
             status = Status.ERROR if isinstance(owner, Unresolved) and owner.traceback else Status.UNKNOWN
             reason = owner.reason if not isinstance(owner, Missing) else f"the receiver does not exist ({owner.reason})"
             return self.finding(tp, status, f"class of {tp.receiver.render()} unknown, '{name}' not checked: {reason}",
                                 evidence=Evidence(traceback=getattr(owner, "traceback", None)))
-        member = ctx.surface.member(owner, name)
+        member = ctx.member(owner, name)
         before = None
         if ctx.written_for is not None:
             old_owner = ctx.class_of(tp.receiver, ctx.written_for)
             if isinstance(old_owner, Found):
                 before = ctx.written_for.member(old_owner, name)
+        if isinstance(member, ConsumerDefined) and not (tp.store and isinstance(before, Found)):
+            return self.finding(tp, Status.OK, f"{member.reason}: the consumer's own attribute", symbol=member.path)
+        if isinstance(member, ConsumerDefined):
+            member = ctx.surface.member(owner, name)  # a store vLLM used to read: judged below as missing
         evidence = Evidence(written_for=ctx.where(before), audited=ctx.where(member),
                             written_for_build=ctx.written_for.build.version if ctx.written_for else None)
         label = f"{owner.path}.{name}"

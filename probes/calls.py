@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from compat.consumer.model import Kind, Ref, TouchPoint
 from compat.findings import Evidence, Finding, Status
-from compat.probe import Probe, ProbeContext
+from compat.probe import ConsumerDefined, Probe, ProbeContext
 from compat.signature import BindProblem, Signature, diff
 from compat.vllm.surface import Found, Surface, Unresolved
 
@@ -23,6 +23,14 @@ def _fix(problem: BindProblem, sig: Signature) -> str:
     return "pass each argument once"
 
 
+def _through_class(tp: TouchPoint, callee: Found) -> bool:
+    """``Class.method(obj, ...)``: a plain method reached through its class, not an instance, takes ``self``
+    as its first argument (a dotted path to a method names it through its class)."""
+    if callee.kind != "method":
+        return False
+    return tp.kind == Kind.CALL or (tp.receiver is not None and tp.receiver.kind == "symbol")
+
+
 class CallProbe(Probe):
     def applies(self, tp: TouchPoint) -> bool:
         return tp.call is not None and tp.kind in (Kind.CALL, Kind.ATTRIBUTE)
@@ -39,7 +47,10 @@ class CallProbe(Probe):
         callee = self._callee(ctx, tp, surface)
         if not isinstance(callee, Found):
             return callee, None
-        return callee, surface.signature(callee)
+        sig = surface.signature(callee)
+        if isinstance(sig, Signature) and _through_class(tp, callee):
+            sig = sig.with_self()
+        return callee, sig
 
     def check(self, ctx: ProbeContext, tp: TouchPoint) -> Finding | None:
         assert tp.call is not None
@@ -52,6 +63,8 @@ class CallProbe(Probe):
                             audited=sig.render() if isinstance(sig, Signature) else None,
                             written_for_build=ctx.written_for.build.version if ctx.written_for else None,
                             extra=(("changes", ", ".join(changes)),) if changes else ())
+        if isinstance(callee, ConsumerDefined):
+            return None  # the consumer's own callable: nothing of vLLM's to bind against
         if not isinstance(callee, Found):
             status = Status.ERROR if isinstance(callee, Unresolved) and callee.traceback else (
                 Status.UNKNOWN if isinstance(callee, Unresolved) else Status.BROKEN)

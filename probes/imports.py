@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from compat.consumer.model import Kind, TouchPoint
 from compat.findings import Evidence, Finding, Status
-from compat.probe import Probe, ProbeContext
+from compat.probe import ConsumerDefined, Probe, ProbeContext
 from compat.vllm.surface import Found, Missing, Unresolved, relocated
 
 
@@ -16,6 +16,8 @@ class ImportProbe(Probe):
         before = ctx.lookup(tp.symbol, ctx.written_for) if ctx.written_for else None
         evidence = Evidence(written_for=ctx.where(before), audited=ctx.where(found),
                             written_for_build=ctx.written_for.build.version if ctx.written_for else None)
+        if isinstance(found, ConsumerDefined):
+            return self.finding(tp, Status.OK, f"{tp.symbol} imports: {found.reason}", None, evidence)
         if isinstance(found, Found):
             where = f" (defined in {found.path})" if found.path != tp.symbol and found.kind != "external" else ""
             return self.finding(tp, Status.OK, f"{tp.symbol} imports{where}", ctx.where(found), evidence)

@@ -54,6 +54,15 @@ class RpcProbe(Probe):
         if isinstance(member, Unresolved):
             return self.finding(tp, Status.UNKNOWN, f"cannot tell whether workers have '{name}': {member.reason}",
                                 ctx.where(worker), symbol=label)
+        unseen = [c for c, _ in ctx.scan.worker_extensions if c not in {k.qualname for k in ctx.scan.classes}]
+        defining = [c.qualname for c in ctx.scan.classes if name in c.methods]
+        if unseen or defining:
+            # The extension that provides it is not known: named outside the consumer's code, or installed in a
+            # way the scan does not follow (a command-line flag); a consumer class defining it suggests the latter.
+            why = (f"the worker extension {', '.join(unseen)} is not in the consumer's code" if unseen else
+                   f"{', '.join(defining[:3])} defines it, but the scan did not see it installed as a worker extension")
+            return self.finding(tp, Status.UNKNOWN, f"workers have no method '{name}' on {worker.path}; {why}",
+                                ctx.where(worker), symbol=label)
         return self.finding(tp, Status.BROKEN,
                             f"workers have no method '{name}': not on {worker.path} (or its bases) and not on the "
                             f"consumer's worker extension ({extensions})", ctx.where(worker),

@@ -50,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
                         "installed vLLM is audited")
     p.add_argument("--confirm-timeout", type=float, default=300.0, help="seconds per engine check (default 300)")
     p.add_argument("--target", default="vllm", help=argparse.SUPPRESS)
+    p.add_argument("--all-files", action="store_true",
+                   help="audit the consumer's tests, examples and docs too (default: only what it ships)")
     p.add_argument("--show-ok", action="store_true", help="list ok findings too")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--list-probes", action="store_true", help="list the probes and exit")
@@ -91,7 +93,7 @@ def _audit(args: argparse.Namespace) -> int:
                            worker_class=args.worker_class, allow=args.allow, strict=args.strict,
                            target=args.target, vllm_version=args.vllm_version,
                            architectures=tuple(a.strip() for a in args.architectures.split(",") if a.strip()),
-                           confirm=args.confirm, confirm_timeout=args.confirm_timeout)
+                           confirm=args.confirm, confirm_timeout=args.confirm_timeout, all_files=args.all_files)
     if options.allow is not None:
         from compat.audit import allowlist
 

@@ -42,6 +42,8 @@ class AuditOptions:
     confirm: str = "auto"
     """Runtime confirmation on a real engine: 'auto' (when the installed vLLM is audited), 'always', 'never'."""
     confirm_timeout: float = 300.0
+    all_files: bool = False
+    """Audit the consumer's tests, examples and docs too, not only what it ships."""
 
 
 @dataclass
@@ -49,7 +51,8 @@ class Auditor:
     options: AuditOptions = field(default_factory=AuditOptions)
 
     def scan_consumer(self) -> Scan:
-        return scan_tree(open_consumer(self.options.consumer, self.options.target), self.options.target)
+        return scan_tree(open_consumer(self.options.consumer, self.options.target), self.options.target,
+                         everything=self.options.all_files)
 
     def run(self, scan: Scan | None = None, opened: OpenedBuild | None = None,
             written_for: Surface | None | str = "auto") -> AuditResult:
@@ -57,6 +60,10 @@ class Auditor:
         opened = opened or open_build(self.options.vllm, self.options.target, self.options.vllm_version)
         surface = opened.surface
         notes = [n for n in (opened.note,) if n]
+        if scan.left_out:
+            dirs = sorted({path.rsplit("/", 1)[0] + "/" if "/" in path else path for path in scan.left_out})
+            notes.append(f"{len(scan.left_out)} files left out, not shipped by the consumer (tests, examples, docs): "
+                         f"{', '.join(dirs[:6])}{' ...' if len(dirs) > 6 else ''}; --all-files audits them")
         reference = self._written_for(scan, surface, notes) if written_for == "auto" else written_for
         runtime = surface.build.reading == "runtime"
         confirm = self.options.confirm == "always" or (self.options.confirm == "auto" and runtime)

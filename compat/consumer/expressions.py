@@ -52,6 +52,8 @@ class ExpressionReader:
         self.guards: list[Guard] = []
         self.fallback: Fallback | None = None
         self.class_stack: list[IndexedClass] = []
+        self.class_bases: dict[str, str] = {}
+        """Consumer class -> the vLLM class it extends or patches (see ``SelfOf.base``)."""
         self.conditions = ConditionReader(target, index.functions, lambda node: self.eval(node, record=False))
 
     # ---- bookkeeping -------------------------------------------------------------------
@@ -181,11 +183,20 @@ class ExpressionReader:
             method = self.index.find_method(info, node.attr)
             if method is not None:
                 return Local(f"{method[0].qualname}.{node.attr}")
-            if base.worker and not self.is_defined(info, node.attr):
+            inherited = self.inherited(base)
+            if inherited is not None and not self.is_defined(info, node.attr):
                 if record:
-                    self.attribute_touch(node, Ref("worker"), node.attr, store=store)
-                return Obj(Ref("worker").attr(node.attr))
+                    self.attribute_touch(node, inherited, node.attr, store=store)
+                return Obj(inherited.attr(node.attr))
         return None
+
+    @staticmethod
+    def inherited(value: SelfOf) -> Ref | None:
+        """Where ``self``'s members that its consumer class does not define come from: vLLM's worker for a worker
+        extension, else the vLLM class the consumer class extends or patches."""
+        if value.worker:
+            return Ref("worker")
+        return Ref("self", symbol=value.base) if value.base else None
 
     def attribute_touch(self, node: ast.expr, receiver: Ref, name: str, call: CallShape | None = None,
                         store: bool = False) -> None:
@@ -204,11 +215,11 @@ class ExpressionReader:
                 receiver = base.ref
             elif isinstance(base, Sym) and is_class_like(base.path):
                 receiver = Ref.of_symbol(base.path)
-            elif isinstance(base, SelfOf) and base.worker:
+            elif isinstance(base, SelfOf) and self.inherited(base) is not None:
                 info = self.index.classes.get(base.qualname)
                 if info is not None and self.index.find_method(info, func.attr) is None \
-                        and not self.has_attribute(info.qualname, func.attr):
-                    receiver = Ref("worker")
+                        and not self.has_attribute(info.qualname, func.attr) and not self.is_defined(info, func.attr):
+                    receiver = self.inherited(base)
             if receiver is not None:
                 if record:
                     self.attribute_touch(func, receiver, func.attr, call=shape)

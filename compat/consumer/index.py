@@ -151,11 +151,27 @@ class ConsumerIndex:
 
 
 def _extension_arguments(module: ConsumerModule) -> list[tuple[str, Location]]:
+    """Worker extensions named by a string: ``f(worker_extension_cls="...")``, ``{"worker_extension_cls": "..."}``,
+    ``kwargs["worker_extension_cls"] = "..."`` and ``kwargs.setdefault("worker_extension_cls", "...")``."""
     found = []
+
+    def take(key: ast.expr | str | None, value: ast.expr | None) -> None:
+        name = key.value if isinstance(key, ast.Constant) else key
+        if name in EXTENSION_KEYWORDS and isinstance(value, ast.Constant) and isinstance(value.value, str):
+            found.append((value.value, Location(module.relpath, value.lineno)))
+
     for node in ast.walk(module.tree):
         if isinstance(node, ast.Call):
             for kw in node.keywords:
-                if kw.arg in EXTENSION_KEYWORDS and isinstance(kw.value, ast.Constant) and isinstance(
-                        kw.value.value, str):
-                    found.append((kw.value.value, Location(module.relpath, kw.value.lineno)))
+                take(kw.arg, kw.value)
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in ("setdefault", "get") and len(node.args) == 2:
+                take(node.args[0], node.args[1])
+        elif isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                take(key, value)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Subscript):
+                    take(target.slice, node.value)
     return found

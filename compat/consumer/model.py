@@ -22,7 +22,8 @@ class Ref:
     """How the consumer obtained an object whose vLLM class the probes must work out.
 
     ``symbol``: the vLLM object itself (a class, a module). ``call``: the result of calling
-    ``base``. ``attribute``: attribute ``name`` of ``base``.
+    ``base``. ``attribute``: attribute ``name`` of ``base``. ``self``: ``self`` in a consumer class that
+    extends or patches the vLLM class ``symbol`` (an instance, not the class). ``worker``: vLLM's worker.
     """
 
     kind: str
@@ -43,6 +44,8 @@ class Ref:
     def render(self) -> str:
         if self.kind == "worker":
             return "<vLLM worker>"
+        if self.kind == "self":
+            return self.symbol or "?"
         if self.kind == "symbol":
             return self.symbol or "?"
         if self.kind == "call":
@@ -117,6 +120,23 @@ class ConsumerClass:
 
 
 @dataclass(frozen=True)
+class ClassPatch:
+    """A consumer class whose body is copied onto a vLLM class or module (``class P(ArcticPatch[VllmConfig])``):
+    what it defines becomes part of the target for the consumer's other code."""
+
+    target: str
+    """The vLLM class or module, as the consumer names it."""
+    patcher: str
+    """The consumer class (qualname)."""
+    names: tuple[str, ...]
+    """What it defines: methods, class attributes."""
+    location: Location
+    kind: str = "patch"
+    """``patch``: copied onto the target; ``subclass``: a consumer subclass of it (whose instances the consumer may
+    hold where the target's type is declared)."""
+
+
+@dataclass(frozen=True)
 class SelfUse:
     name: str
     location: Location
@@ -160,3 +180,6 @@ class Scan:
     root: str = ""
     """Directory the consumer locations are relative to."""
     model_patches: tuple[ModelPatch, ...] = ()
+    class_patches: tuple[ClassPatch, ...] = ()
+    left_out: tuple[str, ...] = ()
+    """Files of the tree not audited: its tests, examples and docs (``compat.consumer.scan.NOT_SHIPPED``)."""

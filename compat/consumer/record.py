@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compat.consumer.model import Ref, ReplyUse, TouchPoint
+from compat.consumer.model import ClassPatch, Ref, ReplyUse, TouchPoint
 from compat.consumer.values import ClassAttributes
 from compat.location import Location
 
@@ -29,4 +29,5 @@ class ModuleRecord:
     """How the replies of worker RPCs are used, by the RPC's location (which may lie in another module)."""
     forwards: list[ForwardReplacement] = field(default_factory=list)
     attributes: ClassAttributes = field(default_factory=ClassAttributes)
+    class_patches: list[ClassPatch] = field(default_factory=list)
     """What ``self.x = ...`` assignments in this module gave each class's attributes."""

@@ -27,6 +27,15 @@ from compat.syntax import module_name
 
 _PASSES = 3
 """Walks over every module: ``self.x`` assigned in one may be read in another, before or after it."""
+NOT_SHIPPED = frozenset({"tests", "test", "testing", "examples", "example", "docs", "doc", "benchmarks"})
+"""Directories of a source tree that hold the consumer's tests, examples and docs, not what it ships and
+imports: left out of the audit unless asked for (``scan_tree(..., everything=True)``, ``--all-files``)."""
+
+
+def shipped(relpath: str) -> bool:
+    """Whether a file of the tree is part of what the consumer ships (not under tests/, examples/...)."""
+    parts = relpath.split("/")
+    return not (NOT_SHIPPED & set(parts[:-1]) or parts[-1] == "conftest.py")
 
 
 def _relpath(root: Path, path: Path) -> str:
@@ -46,6 +55,9 @@ def written_for(requires: tuple[str, ...], target: str) -> str | None:
         if req.name.lower() != target:
             continue
         pins = [s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
+        # An upper bound it accepts (``vllm>=0.8.5,<=0.11.0; extra == "vllm"``) is the newest build it was
+        # written against when nothing is pinned exactly.
+        pins += [s.version for s in req.specifier if s.operator == "<=" and "*" not in s.version]
         if pins:
             return pins[0]
     return None
@@ -56,16 +68,22 @@ def iter_files(tree: SourceTree) -> Iterator[tuple[Path, str, str]]:
         yield path, module_name(tree.root, path), _relpath(tree.root, path)
 
 
-def scan_tree(tree: SourceTree, target: str = "vllm") -> Scan:
-    """Scan a consumer's source tree for every touchpoint of ``target``."""
+def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False) -> Scan:
+    """Scan a consumer's source tree for every touchpoint of ``target``: the files it ships, or with
+    ``everything`` its tests, examples and docs too."""
     index = ConsumerIndex()
     modules: list[ConsumerModule] = []
     problems: list[ScanProblem] = []
+    left_out: list[str] = []
     count = 0
     for path, module, relpath in iter_files(tree):
+        if not everything and not shipped(relpath):
+            left_out.append(relpath)
+            continue
         count += 1
         try:
-            text = path.read_bytes().decode("utf-8", errors="replace")
+            # As Python reads source: a UTF-8 byte-order mark is not part of the code.
+            text = path.read_bytes().decode("utf-8-sig", errors="replace")
             module_ast = ast.parse(text, filename=relpath)
         except SyntaxError as exc:
             problems.append(ScanProblem(Location(relpath, exc.lineno or 0),
@@ -87,6 +105,7 @@ def scan_tree(tree: SourceTree, target: str = "vllm") -> Scan:
     touchpoints = [replace(tp, reply_uses=tuple(reply_uses.get(tp.location, ()))) if tp.kind == Kind.RPC else tp
                    for record in records for tp in record.touchpoints]
     forwards: list[ForwardReplacement] = [f for record in records for f in record.forwards]
+    patches = tuple(dict.fromkeys(p for record in records for p in record.class_patches))
     classes = tuple(
         ConsumerClass(info.qualname, Location(_module_relpath(modules, info.module), info.node.lineno),
                       tuple(sorted(info.methods)), info.bases)
@@ -95,7 +114,8 @@ def scan_tree(tree: SourceTree, target: str = "vllm") -> Scan:
                 touchpoints=tuple(touchpoints), problems=tuple(problems), classes=classes,
                 worker_extensions=tuple(dict.fromkeys(index.extensions)),
                 written_for=written_for(tree.requires, target), files=count, root=str(tree.root),
-                model_patches=tuple(model_patch(index, f) for f in forwards))
+                model_patches=tuple(model_patch(index, f) for f in forwards), class_patches=patches,
+                left_out=tuple(left_out))
 
 
 def _walk(index: ConsumerIndex, modules: list[ConsumerModule], target: str) -> list[ModuleRecord]:

@@ -30,6 +30,9 @@ class SelfOf:
 
     qualname: str
     worker: bool = False
+    base: str | None = None
+    """The vLLM class the consumer class extends or patches: what ``self`` has that the class does not define
+    comes from there."""
 
 
 @dataclass(frozen=True)

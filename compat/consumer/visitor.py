@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import ast
 
-from compat.consumer.expressions import ExpressionReader
+from compat.consumer.expressions import ExpressionReader, is_class_like
 from compat.consumer.guards import GuardExpr, Imports, Not, involves_target
 from compat.consumer.index import ConsumerIndex, ConsumerModule
-from compat.consumer.model import Fallback, Guard, Kind, TouchPoint
+from compat.consumer.model import ClassPatch, Fallback, Guard, Kind, TouchPoint
 from compat.consumer.record import ForwardReplacement, ModuleRecord
 from compat.consumer.values import (
     ClassAttributes,
@@ -29,6 +29,14 @@ from compat.consumer.values import (
 from compat.syntax import absolute_module, called_name, is_type_checking
 
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+
+
+_TYPING_GENERICS = frozenset({"Generic", "Protocol", "Type", "type", "Optional", "Union", "List", "Dict", "Tuple",
+                              "Sequence", "Mapping", "Iterable", "Callable"})
+
+
+def _last_name(node: ast.expr) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
 
 
 def walk_module(index: ConsumerIndex, known: ClassAttributes, source: ConsumerModule, target: str) -> ModuleRecord:
@@ -180,6 +188,13 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
             self.visit_expr(base)
         qualname = f"{self.context()}.{node.name}"
         info = self.index.classes.get(qualname)
+        target, kind = self.patched_target(node), "patch"
+        if target is None:
+            target, kind = self.vllm_base(node), "subclass"
+        if target is not None and info is not None:
+            self.class_bases[qualname] = target
+            names = info.own_names() if kind == "patch" else self.index.declared_names(info)
+            self.found.class_patches.append(ClassPatch(target, qualname, tuple(sorted(names)), self.loc(node), kind))
         self.bind(node.name, Local(qualname))
         if info is not None:
             self.class_stack.append(info)
@@ -188,6 +203,25 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         self.scopes.pop()
         if info is not None:
             self.class_stack.pop()
+
+    def patched_target(self, node: ast.ClassDef) -> str | None:
+        """``class P(Patcher[vllm_thing])`` with ``Patcher`` not vLLM's (the consumer's, or a patching library's)
+        and not typing's: the vLLM path patched."""
+        for base in node.bases:
+            if isinstance(base, ast.Subscript) and not isinstance(self.eval(base.value, record=False), Sym) and \
+                    _last_name(base.value) not in _TYPING_GENERICS:
+                target = self.eval(base.slice, record=False)
+                if isinstance(target, Sym):
+                    return target.path
+        return None
+
+    def vllm_base(self, node: ast.ClassDef) -> str | None:
+        """The first base of ``node`` that is a vLLM class (``class MyRunner(GPUModelRunner)``)."""
+        for base in node.bases:
+            value = self.eval(base, record=False)
+            if isinstance(value, Sym) and is_class_like(value.path):
+                return value.path
+        return None
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         for deco in node.decorator_list:
@@ -201,7 +235,8 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         for index, arg in enumerate(params + node.args.kwonlyargs):
             if index == 0 and in_class and not is_static and arg in params:
                 cls = self.class_stack[-1]
-                scope.names[arg.arg] = SelfOf(cls.qualname, self.index.is_worker_extension(cls))
+                scope.names[arg.arg] = SelfOf(cls.qualname, self.index.is_worker_extension(cls),
+                                              self.class_bases.get(cls.qualname))
                 continue
             scope.names[arg.arg] = self.annotation_value(arg.annotation)
         for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:

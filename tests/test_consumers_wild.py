@@ -1,0 +1,159 @@
+"""The audit on heavy real consumers of vLLM's internals (arctic-inference, vllm-ascend), each at the vLLM it
+pins, where its code is known to work: what they define on vLLM's objects themselves is theirs, not a broken
+vLLM API; and recall where their code does break. Small fixtures test the scan's logic for each cause."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from compat import sources
+from compat.audit.pipeline import AuditOptions, Auditor
+from compat.consumer.scan import scan_tree
+from compat.sources import tree_from_path
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def arctic_020():
+    return scan_tree(sources.tree_from_release("arctic-inference", "0.2.0"))
+
+
+def _audit(scan, build, vllm: str, written_for: str | None = None):
+    return Auditor(AuditOptions(confirm="never")).run(scan, build(vllm),
+                                                      written_for=build(written_for).surface if written_for else None)
+
+
+def _at(result, location: str, check: str | None = None):
+    return [f for f in result.findings if f.consumer_location == location and (check is None or f.check == check)]
+
+
+def test_what_arctic_adds_to_vllm_is_its_own_at_the_pinned_build(arctic_020, build):
+    result = _audit(arctic_020, build, "0.18.0")
+    # A patch class copies pad_for_cudagraph onto VllmConfig; a module patch adds parallel_state._SP; a consumer
+    # subclass returned by a patched __new__ holds ulysses_sequence_parallel_size.
+    for location, symbol in (("arctic_inference/vllm/swiftkv/llama_swiftkv.py:585", "pad_for_cudagraph"),
+                             ("arctic_inference/vllm/ulysses.py:63", "ulysses_sequence_parallel_size"),
+                             ("arctic_inference/vllm/spec_dec/vocab_parallel_embedding.py:26", "_SP")):
+        found = [f for f in _at(result, location) if symbol in f.symbol or symbol in f.message]
+        assert found and all(f.status.value == "ok" for f in found), (location, [f.message for f in found])
+    # Scheduler.update_from_output(self, so, mro): self is passed explicitly through the class.
+    (call,) = _at(result, "arctic_inference/vllm/patches.py:141", "call")
+    assert call.status.value == "ok", call.message
+    # collective_rpc("offload_model_weights") on a worker extension passed through engine_kwargs.setdefault.
+    (rpc,) = _at(result, "arctic_inference/server/worker.py:292", "rpc")
+    assert rpc.status.value in ("ok", "unknown"), rpc.message
+    # Python's own attributes are not vLLM API.
+    assert all(f.status.value == "ok" for f in _at(result, "arctic_inference/vllm/config.py:192"))
+
+
+def test_calls_on_self_in_a_patch_class_are_touchpoints(arctic_020, build):
+    """ArcticPatch[GPUModelRunner] calls self._get_cumsum_and_arange(n), whose signature vLLM 0.26.0 changed."""
+    calls = [tp for tp in arctic_020.touchpoints if tp.attribute == "_get_cumsum_and_arange"]
+    assert calls and all(tp.receiver.symbol.endswith("GPUModelRunner") for tp in calls)
+    pinned = _audit(arctic_020, build, "0.18.0")
+    later = _audit(arctic_020, build, "0.26.0", written_for="0.18.0")
+    where = {str(tp.location) for tp in calls}
+
+    def statuses(result):
+        return {f.status.value for f in result.findings if f.consumer_location in where and f.check == "call"}
+
+    assert statuses(pinned) == {"ok"}
+    assert statuses(later) & {"broken", "changed"}, [f.message for f in later.findings
+                                                     if f.consumer_location in where]
+
+
+def test_a_file_starting_with_a_byte_order_mark_is_read_as_python_reads_it():
+    scan = scan_tree(sources.tree_from_release("vllm-ascend", "0.13.0"))
+    assert not [p for p in scan.problems if "mtp_proposer" in p.location.file]
+    assert any(tp.location.file.endswith("spec_decode/mtp_proposer.py") for tp in scan.touchpoints)
+
+
+def test_tests_and_examples_of_an_sdist_are_left_out_unless_asked():
+    tree = sources.tree_from_release("vllm-ascend", "0.11.0")
+    shipped, everything = scan_tree(tree), scan_tree(tree, everything=True)
+    assert shipped.left_out and all(p.split("/")[0] in ("tests", "examples", "benchmarks", "docs")
+                                    or "/tests/" in f"/{p}" for p in shipped.left_out)
+    assert not any(tp.location.file.startswith("tests/") for tp in shipped.touchpoints)
+    assert any(tp.location.file.startswith("tests/") for tp in everything.touchpoints)
+
+
+# Small fixtures: the scan's logic for each cause ---------------------------------------------------------------
+
+
+def _scan(tmp_path: Path, files: dict[str, str]):
+    for name, text in files.items():
+        path = tmp_path / "pkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return scan_tree(tree_from_path(tmp_path / "pkg"))
+
+
+def test_patch_classes_and_subclasses_are_recorded(tmp_path):
+    scan = _scan(tmp_path, {"patching.py": """
+        class Patch:
+            def __class_getitem__(cls, target): ...
+        """, "mod.py": """
+        from vllm.config import VllmConfig, ParallelConfig
+        import vllm.distributed.parallel_state as ps
+        from .patching import Patch
+        from typing import Generic
+
+        class Extra:
+            added_field: int = 1
+
+        class MyConfig(ParallelConfig, Extra):
+            pass
+
+        class ConfigPatch(Patch[VllmConfig]):
+            def pad_for_cudagraph(self, n):
+                return self.compilation_config.pad(n)
+
+        class StatePatch(Patch[ps]):
+            _SP = None
+
+        class NotAPatch(Generic[VllmConfig]):
+            pass
+        """})
+    patches = {(p.kind, p.target.rsplit(".", 1)[-1]): p.names for p in scan.class_patches}
+    assert patches[("patch", "VllmConfig")] == ("pad_for_cudagraph",)
+    assert patches[("patch", "parallel_state")] == ("_SP",)
+    assert "added_field" in patches[("subclass", "ParallelConfig")]
+    assert len(patches) == 3  # Generic[...] is typing's, not a patch
+    # self inside the patch reaches the patched class for what the patch does not define
+    (touch,) = [tp for tp in scan.touchpoints if tp.attribute == "compilation_config"]
+    assert touch.receiver.kind == "self" and touch.receiver.symbol == "vllm.config.VllmConfig"
+
+
+def test_worker_extensions_named_through_a_dict_are_found(tmp_path):
+    scan = _scan(tmp_path, {"run.py": """
+        from vllm import LLM
+
+        def build(engine_kwargs, other):
+            engine_kwargs.setdefault("worker_extension_cls", "pkg.ext.A")
+            other["worker_extension_cls"] = "pkg.ext.B"
+            return {"worker_extension_cls": "pkg.ext.C", "model": "m"}
+        """})
+    assert sorted(name for name, _ in scan.worker_extensions) == ["pkg.ext.A", "pkg.ext.B", "pkg.ext.C"]
+
+
+def test_a_byte_order_mark_and_the_scope_of_a_tree(tmp_path):
+    (tmp_path / "pkg" / "tests").mkdir(parents=True)
+    (tmp_path / "pkg" / "mod.py").write_bytes(b"\xef\xbb\xbfimport vllm.config\nvllm.config.VllmConfig()\n")
+    (tmp_path / "pkg" / "tests" / "test_mod.py").write_text("import vllm.config\n")
+    scan = scan_tree(tree_from_path(tmp_path / "pkg"))
+    assert not scan.problems and scan.left_out == ("tests/test_mod.py",)
+    assert {tp.location.file for tp in scan.touchpoints} == {"mod.py"}
+    assert "tests/test_mod.py" in {tp.location.file for tp in scan_tree(tree_from_path(tmp_path / "pkg"),
+                                                                          everything=True).touchpoints}
+
+
+def test_an_optional_extras_upper_bound_is_the_build_written_for():
+    from compat.consumer.scan import written_for
+
+    assert written_for(('vllm>=0.8.5,<=0.11.0; extra == "vllm"',), "vllm") == "0.11.0"
+    assert written_for(("vllm==0.9.2", "vllm<=0.11.0"), "vllm") == "0.9.2"
+    assert written_for(("vllm>=0.8",), "vllm") is None
