@@ -22,6 +22,12 @@ DEFAULT_ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM", "DeepseekV2ForC
                          "KimiK25ForConditionalGeneration")
 
 
+NOT_VLLM = {"hf_config": "Hugging Face's model config", "hf_text_config": "Hugging Face's model config",
+            "hf_image_processor_config": "Hugging Face's processor config", "logger": "a logging.Logger"}
+"""Attributes of vLLM objects and modules that hold other libraries' objects: what the consumer does with them
+is not a vLLM touchpoint."""
+
+
 @dataclass(frozen=True)
 class ConsumerDefined:
     """What the consumer itself defines on a vLLM class or module (a store, a patch class, a module attribute):
@@ -59,6 +65,9 @@ class ProbeContext:
             found = surface.lookup(path)
             if isinstance(found, Missing):
                 found = self._added_path(path, surface) or found
+            elif isinstance(found, Unresolved) and any(part in NOT_VLLM for part in path.split(".")[1:]):
+                name = next(part for part in path.split(".")[1:] if part in NOT_VLLM)
+                found = Unresolved(f"{path} is reached through {name}, {NOT_VLLM[name]}, not vLLM's", outside=True)
             self._memo[key] = found
         return self._memo[key]
 
@@ -84,16 +93,26 @@ class ProbeContext:
                 target = self.lookup(patch.target, surface)
                 if isinstance(target, Found):
                     for name in patch.names:
-                        added.setdefault((target.path, name), f"{patch.location} ({patch.patcher})")
+                        if not self._vllms(patch.target, name):
+                            added.setdefault((target.path, name), f"{patch.location} ({patch.patcher})")
             for tp in self.scan.touchpoints:
                 if tp.kind is Kind.ATTRIBUTE and tp.store and tp.receiver is not None and tp.attribute:
                     owner = self._class_of(tp.receiver, surface)
-                    if isinstance(owner, Found):
+                    if isinstance(owner, Found) and not self._vllms(tp.receiver, tp.attribute):
                         added.setdefault((owner.path, tp.attribute), str(tp.location))
             self._memo[key] = added
             for stale in [k for k in self._memo if k[0] in ("lookup", "class_of") and k[1] == id(surface)]:
                 del self._memo[stale]
         return self._memo[key]
+
+    def _vllms(self, target: Ref | str, name: str) -> bool:
+        """``name`` is vLLM's own on ``target`` in the build the consumer was written for: the consumer sets or
+        replaces it there, it does not add it (so vLLM dropping it since is a breakage, not the consumer's)."""
+        if self.written_for is None:
+            return False
+        owner = self.lookup(target, self.written_for) if isinstance(target, str) else self._class_of(
+            target, self.written_for)
+        return isinstance(owner, Found) and isinstance(self.written_for.member(owner, name), Found)
 
     def _added_path(self, path: str, surface: Surface) -> ConsumerDefined | None:
         parts = path.split(".")
@@ -113,6 +132,8 @@ class ProbeContext:
         return self._memo[key]
 
     def _class_of(self, ref: Ref, surface: Surface) -> Lookup:
+        if ref.kind == "attribute" and ref.name in NOT_VLLM:
+            return Unresolved(f"{ref.render()} is {NOT_VLLM[ref.name]}, not vLLM's", outside=True)
         if ref.kind == "symbol":
             return self.lookup(ref.symbol or "", surface)
         if ref.kind == "worker":

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 
 from compat.consumer.model import Kind, TouchPoint
+from compat.facts.abstract import FACT as ABSTRACT
 from compat.findings import Evidence, Finding, Status
 from compat.probe import ConsumerDefined, Probe, ProbeContext
 from compat.vllm.surface import Found, Missing, Unresolved
@@ -15,15 +17,18 @@ class AttributeProbe(Probe):
         assert tp.receiver is not None and tp.attribute is not None
         owner = ctx.class_of(tp.receiver)
         name = tp.attribute
-        if isinstance(owner, ConsumerDefined):
-            return None  # an attribute of the consumer's own object, not of vLLM's
+        if isinstance(owner, ConsumerDefined) or (isinstance(owner, Unresolved) and owner.outside):
+            return None  # an attribute of the consumer's own object, or another library's: not vLLM's
         if name.startswith("__") and name.endswith("__"):
             return self.finding(tp, Status.OK, f"{name} is Python's, on every object (not vLLM API)")
         if not isinstance(owner, Found):
             status = Status.ERROR if isinstance(owner, Unresolved) and owner.traceback else Status.UNKNOWN
             reason = owner.reason if not isinstance(owner, Missing) else f"the receiver does not exist ({owner.reason})"
+            if isinstance(owner, Missing) and tp.narrowed:
+                return None  # reached through an attribute the consumer checks for first
+            cause = (("cause", owner.reason),) if isinstance(owner, Missing) else ()
             return self.finding(tp, status, f"class of {tp.receiver.render()} unknown, '{name}' not checked: {reason}",
-                                evidence=Evidence(traceback=getattr(owner, "traceback", None)))
+                                evidence=Evidence(traceback=getattr(owner, "traceback", None), extra=cause))
         member = ctx.member(owner, name)
         before = None
         if ctx.written_for is not None:
@@ -41,13 +46,26 @@ class AttributeProbe(Probe):
             what = "method" if tp.call is not None else member.kind
             return self.finding(tp, Status.OK, f"{label} exists ({what})", ctx.where(member), evidence,
                                 symbol=label)
+        if isinstance(member, Unresolved) and member.outside:
+            return None
         if isinstance(member, Unresolved):
             return self.finding(tp, Status.UNKNOWN, f"cannot tell whether {label} exists: {member.reason}",
                                 ctx.where(owner), evidence, symbol=label)
+        if tp.narrowed:
+            return self.finding(tp, Status.OK, f"{label} is not in this build, and the consumer checks for it before "
+                                f"the use ({tp.narrowed})", ctx.where(owner), evidence, symbol=label)
+        if not tp.store and tp.receiver.kind != "symbol" and owner.kind == "class":
+            interface = ctx.fact(ABSTRACT, owner.path)
+            if interface.interface:
+                return self.finding(tp, Status.UNKNOWN, f"{label} is not declared by the interface the object is "
+                                    f"held as ({interface.why}); the class implementing it at runtime decides",
+                                    ctx.where(owner), replace(evidence, extra=(("missing", member.reason),)),
+                                    symbol=label)
         names = ctx.surface.member_names(owner) if hasattr(ctx.surface, "member_names") else ()
         close = difflib.get_close_matches(name, list(names), n=2, cutoff=0.6)
         verb = "writes" if tp.store else ("calls" if tp.call is not None else "reads")
         message = f"{owner.path} has no attribute '{name}' in this build (the consumer {verb} it)"
+        evidence = replace(evidence, extra=(("missing", member.reason),))
         if tp.store:
             message += "; the value is written but nothing in vLLM reads it"
         fix = f"use {owner.path}.{close[0]}" if close else f"remove the use of '{name}'"

@@ -6,7 +6,7 @@ from compat.consumer.model import Kind, Ref, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import ConsumerDefined, Probe, ProbeContext
 from compat.signature import BindProblem, Signature, diff
-from compat.vllm.surface import Found, Surface, Unresolved
+from compat.vllm.surface import Found, Missing, Surface, Unresolved
 
 
 def _fix(problem: BindProblem, sig: Signature) -> str:
@@ -63,14 +63,20 @@ class CallProbe(Probe):
                             audited=sig.render() if isinstance(sig, Signature) else None,
                             written_for_build=ctx.written_for.build.version if ctx.written_for else None,
                             extra=(("changes", ", ".join(changes)),) if changes else ())
-        if isinstance(callee, ConsumerDefined):
-            return None  # the consumer's own callable: nothing of vLLM's to bind against
+        if isinstance(callee, ConsumerDefined) or (isinstance(callee, Unresolved) and callee.outside) or (
+                isinstance(sig, Unresolved) and sig.outside):
+            return None  # the consumer's own callable, or another library's: nothing of vLLM's to bind against
         if not isinstance(callee, Found):
             status = Status.ERROR if isinstance(callee, Unresolved) and callee.traceback else (
                 Status.UNKNOWN if isinstance(callee, Unresolved) else Status.BROKEN)
+            if isinstance(callee, Missing) and tp.narrowed:
+                return None  # the consumer checks for it before the call (the attribute probe says so)
+            if isinstance(callee, Missing) and name.startswith("__") and name.endswith("__()"):
+                return None  # Base.__init__(self): every class has Python's dunders, whatever vLLM declares
+            cause = (("cause", callee.reason),) if isinstance(callee, Missing) else ()
             return self.finding(tp, status, f"cannot bind {name}: {callee.reason}", None,
                                 Evidence(evidence.written_for, None, evidence.written_for_build,
-                                         traceback=getattr(callee, "traceback", None)))
+                                         traceback=getattr(callee, "traceback", None), extra=cause))
         where = ctx.where(callee)
         if isinstance(sig, Unresolved):
             return self.finding(tp, Status.UNKNOWN, f"signature of {callee.path} unknown: {sig.reason}", where,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from compat.consumer.model import Kind, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import ConsumerDefined, Probe, ProbeContext
@@ -30,6 +32,7 @@ class ImportProbe(Probe):
 
     def _missing(self, ctx: ProbeContext, tp: TouchPoint, found: Missing, evidence: Evidence) -> Finding:
         module, _, name = tp.symbol.rpartition(".")
+        evidence = replace(evidence, extra=(("missing", found.reason),))
         moved = relocated(ctx.surface, tp.symbol)
         if tp.fallback is not None:
             return self.finding(

@@ -14,8 +14,6 @@ from compat.audit.pipeline import AuditOptions, Auditor
 from compat.consumer.scan import scan_tree
 from compat.sources import tree_from_path
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def arctic_020():
@@ -31,6 +29,7 @@ def _at(result, location: str, check: str | None = None):
     return [f for f in result.findings if f.consumer_location == location and (check is None or f.check == check)]
 
 
+@pytest.mark.slow
 def test_what_arctic_adds_to_vllm_is_its_own_at_the_pinned_build(arctic_020, build):
     result = _audit(arctic_020, build, "0.18.0")
     # A patch class copies pad_for_cudagraph onto VllmConfig; a module patch adds parallel_state._SP; a consumer
@@ -50,6 +49,7 @@ def test_what_arctic_adds_to_vllm_is_its_own_at_the_pinned_build(arctic_020, bui
     assert all(f.status.value == "ok" for f in _at(result, "arctic_inference/vllm/config.py:192"))
 
 
+@pytest.mark.slow
 def test_calls_on_self_in_a_patch_class_are_touchpoints(arctic_020, build):
     """ArcticPatch[GPUModelRunner] calls self._get_cumsum_and_arange(n), whose signature vLLM 0.26.0 changed."""
     calls = [tp for tp in arctic_020.touchpoints if tp.attribute == "_get_cumsum_and_arange"]
@@ -66,12 +66,14 @@ def test_calls_on_self_in_a_patch_class_are_touchpoints(arctic_020, build):
                                                      if f.consumer_location in where]
 
 
+@pytest.mark.slow
 def test_a_file_starting_with_a_byte_order_mark_is_read_as_python_reads_it():
     scan = scan_tree(sources.tree_from_release("vllm-ascend", "0.13.0"))
     assert not [p for p in scan.problems if "mtp_proposer" in p.location.file]
     assert any(tp.location.file.endswith("spec_decode/mtp_proposer.py") for tp in scan.touchpoints)
 
 
+@pytest.mark.slow
 def test_tests_and_examples_of_an_sdist_are_left_out_unless_asked():
     tree = sources.tree_from_release("vllm-ascend", "0.11.0")
     shipped, everything = scan_tree(tree), scan_tree(tree, everything=True)
@@ -157,3 +159,78 @@ def test_an_optional_extras_upper_bound_is_the_build_written_for():
     assert written_for(('vllm>=0.8.5,<=0.11.0; extra == "vllm"',), "vllm") == "0.11.0"
     assert written_for(("vllm==0.9.2", "vllm<=0.11.0"), "vllm") == "0.9.2"
     assert written_for(("vllm>=0.8",), "vllm") is None
+
+
+def test_checks_before_a_use_narrow_it(tmp_path):
+    scan = _scan(tmp_path, {"mod.py": """
+        from vllm.attention.backends.abstract import AttentionLayer
+        from vllm.config import VllmConfig
+
+        def forward(layer: AttentionLayer, config):
+            plain = layer.plain
+            if hasattr(layer, "quant_method") and layer.quant_method.ready:
+                out = layer.quant_method.apply(layer)
+            ok = not hasattr(layer, "scale") or layer.scale > 0
+            try:
+                extra = layer.extra
+            except AttributeError:
+                extra = None
+            if isinstance(config, VllmConfig):
+                config.model_config
+            return out.view(1), ok, extra
+        """})
+    narrowed = {tp.code.strip(): tp.narrowed for tp in scan.touchpoints if tp.kind.value == "attribute"}
+    assert all(narrowed[c] for c in narrowed if "quant_method" in c), narrowed
+    assert not [n for c, n in narrowed.items() if c.startswith("plain = layer.plain")][0]
+    assert any(n.startswith("not hasattr") is False and "scale" in c and n for c, n in narrowed.items())
+    assert any("extra" in c and n.startswith("try/except AttributeError") for c, n in narrowed.items())
+    (model,) = [tp for tp in scan.touchpoints if tp.attribute == "model_config"]
+    assert model.receiver.render() == "vllm.config.VllmConfig(...)"  # isinstance: its class is known there
+    # the value built from a checked attribute stays checked where it flows
+    (view,) = [tp for tp in scan.touchpoints if tp.attribute == "view"]
+    assert view.narrowed
+
+
+def test_a_version_helper_with_an_override_is_read_for_the_default_run(tmp_path):
+    scan = _scan(tmp_path, {"utils.py": """
+        import os
+        from packaging.version import Version
+
+        def vllm_version_is(target):
+            if os.environ.get("VLLM_VERSION") is not None:
+                version = os.environ["VLLM_VERSION"]
+            else:
+                import vllm
+                version = vllm.__version__
+            try:
+                return Version(version) == Version(target)
+            except ValueError:
+                raise ValueError("bad version")
+        """, "mod.py": """
+        from .utils import vllm_version_is
+
+        if vllm_version_is("0.11.0"):
+            from vllm.attention import Attention
+        else:
+            from vllm.attention.layer import MLAAttention
+        """})
+    guards = {tp.symbol: [(g.text, g.branch) for g in tp.guards] for tp in scan.touchpoints}
+    assert guards["vllm.attention.Attention"] == [("vllm_version_is('0.11.0')", True)]
+    assert guards["vllm.attention.layer.MLAAttention"] == [("vllm_version_is('0.11.0')", False)]
+
+
+def test_one_missing_name_is_one_finding(tmp_path, build):
+    """An import of a name the build lacks, and the calls of it, are one finding: the import."""
+    scan = _scan(tmp_path, {"mod.py": """
+        from vllm.utils import NoSuchThing
+
+        def a():
+            return NoSuchThing()
+
+        def b():
+            return NoSuchThing().method()
+        """})
+    result = _audit(scan, build, "0.11.0")
+    failing = [f for f in result.findings if f.status.value in ("broken", "unknown")]
+    assert [f.check for f in failing] == ["import"], [(f.check, f.message) for f in failing]
+    assert "2 later use(s)" in failing[0].message or "later use" in failing[0].message

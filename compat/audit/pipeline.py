@@ -80,7 +80,7 @@ class Auditor:
         for problem in scan.problems:
             findings.append(Finding("scan", Status.ERROR, str(problem.location), str(problem.location), None,
                                     problem.message, fix="fix the file's syntax; the rest was audited"))
-        findings.extend(annotate_runtime(run_probes(ctx)))
+        findings.extend(fold_consequences(annotate_runtime(run_probes(ctx))))
         for used in (surface, reference):
             if used is not None:
                 used.save()
@@ -132,6 +132,46 @@ def _guard_state(ctx: ProbeContext, tp: TouchPoint) -> tuple[bool | None, str]:
             state = False
             reasons.append(f"`{guard.text}` at {guard.location} is {value} for vLLM {ctx.version}")
     return state, "; ".join(reasons)
+
+
+def fold_consequences(findings: list[Finding]) -> list[Finding]:
+    """One cause, one finding: a later use that fails only because a name is missing (another use of it, a call
+    of it, an attribute of it) is folded into the first finding that reports the name missing, which lists where
+    else it fails.
+
+    Causes carry ``missing`` (the reason the name is missing), consequences ``cause`` (the same reason). With no
+    finding for the cause itself, the first consequence stands for it.
+    """
+    def extra(f: Finding, key: str) -> str | None:
+        return next((v for k, v in f.evidence.extra if k == key), None)
+
+    causes: dict[str, int] = {}
+    for i, f in enumerate(findings):
+        reason = extra(f, "missing")
+        if reason is not None:
+            causes.setdefault(reason, i)  # an unknown cause (an interface) takes its consequences with it
+    folded: dict[int, list[str]] = {}
+    kept: list[Finding | None] = list(findings)
+    for i, f in enumerate(findings):
+        reason = extra(f, "cause") or (extra(f, "missing") if causes.get(extra(f, "missing") or "") != i else None)
+        if reason is None or f.status not in (Status.BROKEN, Status.UNKNOWN):
+            continue
+        if reason not in causes:
+            causes[reason] = i  # this consequence stands for its cause
+            continue
+        folded.setdefault(causes[reason], []).append(f.consumer_location or f.symbol)
+        kept[i] = None
+    out = []
+    for i, f in enumerate(kept):
+        if f is None:
+            continue
+        if i in folded:
+            where = sorted(set(folded[i]))
+            shown = ", ".join(where[:5]) + (f" and {len(where) - 5} more" if len(where) > 5 else "")
+            f = replace(f, message=f"{f.message}; {len(folded[i])} later use(s) fail for the same reason ({shown})",
+                        evidence=replace(f.evidence, extra=f.evidence.extra + (("consequences", shown),)))
+        out.append(f)
+    return out
 
 
 def annotate_runtime(findings: list[Finding]) -> list[Finding]:

@@ -24,6 +24,18 @@ _OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", as
 _MAX_INLINE_DEPTH = 4
 
 
+def _own_nodes(function: FunctionNode) -> list[ast.AST]:
+    """The nodes of ``function``'s body, not those of functions or classes nested in it."""
+    out: list[ast.AST] = []
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
 class ConditionReader:
     """Reads a test into a guard expression; ``resolve`` gives a name's value where the test is read."""
 
@@ -48,6 +60,9 @@ class ConditionReader:
             return Lit(tuple(e.value for e in node.elts))
         if isinstance(node, ast.Name) and node.id in env:
             return env[node.id]
+        if isinstance(node, ast.Attribute) and node.attr in ("__version__", "__version_tuple__") and isinstance(
+                node.value, ast.Name) and node.value.id == self.target:
+            return VersionValue("tuple" if node.attr.endswith("tuple__") else "string")
         if isinstance(node, (ast.Name, ast.Attribute)):
             if isinstance(node, ast.Attribute) and node.attr == "version" and isinstance(node.value, ast.Call):
                 inner = self._dist_call(node.value)
@@ -136,8 +151,6 @@ class ConditionReader:
         if helper is None:
             return None
         body = [s for s in helper.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-        if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
-            return None
         params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
         defaults = helper.args.defaults
         inner_env: dict[str, Any] = {}
@@ -150,4 +163,21 @@ class ConditionReader:
         for kw in node.keywords:
             if kw.arg:
                 inner_env[kw.arg] = self.value(kw.value, env, depth)
-        return self.value(body[0].value, inner_env, depth + 1)
+        if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+            return self.value(body[0].value, inner_env, depth + 1)
+        return self._helper_body(helper, inner_env, depth + 1)
+
+    def _helper_body(self, helper: FunctionNode, env: dict[str, Any], depth: int) -> Any:
+        """A helper of several statements (``vllm_version_is``: an environment override, then ``try: return
+        Version(v) == Version(target)``), read for the build as it runs by default: a local that one of its
+        assignments binds to the build's version is that version (overrides are not the default), and the
+        helper's test is what its returns agree on. Anything else: not understood (None)."""
+        nodes = [n for n in _own_nodes(helper)]
+        for stmt in nodes:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                value = self.value(stmt.value, env, depth)
+                if isinstance(value, VersionValue):
+                    env[stmt.targets[0].id] = value
+        returns = {self.read(s.value, dict(env), depth) for s in nodes if isinstance(s, ast.Return) and s.value}
+        found = [r for r in returns if not isinstance(r, Opaque)]
+        return found[0] if len(found) == 1 and len(returns) == 1 else None

@@ -52,6 +52,10 @@ class ExpressionReader:
         self.guards: list[Guard] = []
         self.fallback: Fallback | None = None
         self.class_stack: list[IndexedClass] = []
+        self.narrowing: list[tuple[str | None, str, str]] = []
+        """Active checks for attributes: (receiver source or None for any, attribute, how it is checked)."""
+        self.narrowed_refs: dict[Ref, str] = {}
+        """Objects reached through an attribute the consumer checked with ``hasattr``: checked wherever they flow."""
         self.class_bases: dict[str, str] = {}
         """Consumer class -> the vLLM class it extends or patches (see ``SelfOf.base``)."""
         self.conditions = ConditionReader(target, index.functions, lambda node: self.eval(node, record=False))
@@ -137,6 +141,17 @@ class ExpressionReader:
             return value
         if isinstance(node, ast.Lambda):
             return None
+        if isinstance(node, ast.BoolOp):
+            # `hasattr(x, "a") and x.a`, `not hasattr(x, "a") or x.a`: the later operands run checked.
+            pushed = 0
+            for value in node.values:
+                self.eval(value, record)
+                check = value.operand if isinstance(node.op, ast.Or) and isinstance(value, ast.UnaryOp) and \
+                    isinstance(value.op, ast.Not) else value if isinstance(node.op, ast.And) else None
+                if check is not None and self.narrow(check):
+                    pushed += 1
+            del self.narrowing[len(self.narrowing) - pushed:]
+            return None
         if isinstance(node, ast.Subscript):
             base = self.eval(node.value, record)
             self.eval(node.slice, record)
@@ -202,7 +217,39 @@ class ExpressionReader:
                         store: bool = False) -> None:
         self.add(TouchPoint(Kind.ATTRIBUTE, f"{receiver.render()}.{name}", self.loc(node), self.code(node),
                             call=call, receiver=receiver, attribute=name, store=store,
-                            guards=tuple(self.guards), context=self.context()))
+                            guards=tuple(self.guards), context=self.context(),
+                            narrowed=self.narrowed_by(node, receiver, name)))
+
+    def narrow(self, check: ast.expr) -> bool:
+        """Start the narrowing ``check`` makes if it is ``hasattr(x, "a")``; the object ``x.a`` stays known as
+        checked wherever its value flows (``narrowed_refs``)."""
+        if not (isinstance(check, ast.Call) and isinstance(check.func, ast.Name) and check.func.id == "hasattr"
+                and len(check.args) == 2 and isinstance(check.args[1], ast.Constant)
+                and isinstance(check.args[1].value, str)):
+            return False
+        subject, name = check.args[0], check.args[1].value
+        how = f"{ast.unparse(check)} at {self.loc(check)}"
+        self.narrowing.append((ast.unparse(subject), name, how))
+        value = self.eval(subject, record=False)
+        if isinstance(value, Obj):
+            self.narrowed_refs[value.ref.attr(name)] = how
+        return True
+
+    def narrowed_by(self, node: ast.expr, receiver: Ref | None = None, name: str | None = None) -> str:
+        """The active check that covers ``node`` (an attribute use), if any: ``hasattr(x, "a")`` covers ``x.a``
+        and everything reached through it; ``try: ... except AttributeError`` covers every attribute."""
+        ref = receiver.attr(name) if receiver is not None and name else None
+        while ref is not None:
+            if ref in self.narrowed_refs:
+                return self.narrowed_refs[ref]
+            ref = ref.base
+        if not self.narrowing:
+            return ""
+        text = ast.unparse(node)
+        for receiver, name, how in reversed(self.narrowing):
+            if receiver is None or text == f"{receiver}.{name}" or text.startswith(f"{receiver}.{name}."):
+                return how
+        return ""
 
     def eval_call(self, node: ast.Call, record: bool) -> Value:
         func = node.func

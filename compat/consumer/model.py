@@ -103,6 +103,9 @@ class TouchPoint:
     """For RPC touchpoints: what the consumer does with the reply."""
     literals: tuple[tuple[str, str], ...] = ()
     """Keyword arguments passed as literals (``enable_prefix_caching=False``), as source text."""
+    narrowed: str = ""
+    """The check the consumer makes before this use, so that a missing attribute is handled: ``hasattr(x, "a")``
+    around ``x.a``, or a ``try`` whose handler catches AttributeError (source text and location)."""
 
 
 @dataclass(frozen=True)

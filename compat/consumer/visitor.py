@@ -11,7 +11,7 @@ import ast
 from compat.consumer.expressions import ExpressionReader, is_class_like
 from compat.consumer.guards import GuardExpr, Imports, Not, involves_target
 from compat.consumer.index import ConsumerIndex, ConsumerModule
-from compat.consumer.model import ClassPatch, Fallback, Guard, Kind, TouchPoint
+from compat.consumer.model import ClassPatch, Fallback, Guard, Kind, Ref, TouchPoint
 from compat.consumer.record import ForwardReplacement, ModuleRecord
 from compat.consumer.values import (
     ClassAttributes,
@@ -33,6 +33,20 @@ _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseExcept
 
 _TYPING_GENERICS = frozenset({"Generic", "Protocol", "Type", "type", "Optional", "Union", "List", "Dict", "Tuple",
                               "Sequence", "Mapping", "Iterable", "Callable"})
+
+
+def _conjuncts(test: ast.expr) -> list[ast.expr]:
+    """``a and b and c`` -> [a, b, c]; anything else -> [test]."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [part for value in test.values for part in _conjuncts(value)]
+    return [test]
+
+
+def _catches(handler: ast.ExceptHandler, name: str) -> bool:
+    """The handler catches ``name`` by name (bare ``except`` and ``Exception`` hide more than a check would)."""
+    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(t, ast.Name) and t.id == name or isinstance(t, ast.Attribute) and t.attr == name
+               for t in types if t is not None)
 
 
 def _last_name(node: ast.expr) -> str:
@@ -113,21 +127,46 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         if involves_target(expr):
             text = ast.unparse(node.test)
             self.guards.append(Guard(expr, True, text, self.loc(node)))
-            self.visit_block(node.body)
+            self.visit_narrowed(node.test, node.body)
             self.guards[-1] = Guard(expr, False, text, self.loc(node))
             self.visit_block(node.orelse)
             self.guards.pop()
         elif is_type_checking(node.test):
             self.visit_block(node.orelse)
         else:
-            self.visit_block(node.body)
+            self.visit_narrowed(node.test, node.body)
             self.visit_block(node.orelse)
+
+    def visit_narrowed(self, test: ast.expr, body: list[ast.stmt]) -> None:
+        """``body`` under ``test``'s narrowing: ``hasattr(x, "a")`` (the consumer checks before it uses ``x.a``)
+        and ``isinstance(x, VllmClass)`` (``x`` is of that class here)."""
+        checks = [c for c in _conjuncts(test) if isinstance(c, ast.Call) and not c.keywords and len(c.args) == 2
+                  and isinstance(c.func, ast.Name)]
+        pushed, rebound = 0, []
+        for check in checks:
+            subject, what = check.args
+            if self.narrow(check):
+                pushed += 1
+            elif check.func.id == "isinstance" and isinstance(subject, ast.Name):
+                cls = self.eval(what, record=False)
+                if isinstance(cls, Sym) and is_class_like(cls.path):
+                    rebound.append((subject.id, self.lookup(subject.id)))
+                    self.bind(subject.id, Obj(Ref.of_symbol(cls.path).called()))
+        self.visit_block(body)
+        for name, value in reversed(rebound):
+            self.bind(name, value)
+        del self.narrowing[len(self.narrowing) - pushed:]
 
     def visit_Try(self, node: ast.Try) -> None:
         catches = [h for h in node.handlers if self._catches_import_error(h)]
         primary = self._imported_symbols(node.body)
         if not (catches and primary):
+            guarded = [h for h in node.handlers if _catches(h, "AttributeError")]
+            if guarded:
+                self.narrowing.append((None, "", f"try/except AttributeError at {self.loc(guarded[0])}"))
             self.visit_block(node.body)
+            if guarded:
+                self.narrowing.pop()
             for h in node.handlers:
                 self.visit_block(h.body)
             self.visit_block(node.orelse)
@@ -216,12 +255,16 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         return None
 
     def vllm_base(self, node: ast.ClassDef) -> str | None:
-        """The first base of ``node`` that is a vLLM class (``class MyRunner(GPUModelRunner)``)."""
+        """The vLLM class ``node`` extends (``class MyRunner(GPUModelRunner)``), when its other bases are the
+        consumer's own: with another library's base too (``nn.Module``), what ``self`` lacks may come from there."""
+        found = None
         for base in node.bases:
             value = self.eval(base, record=False)
             if isinstance(value, Sym) and is_class_like(value.path):
-                return value.path
-        return None
+                found = found or value.path
+            elif not isinstance(value, Local) and _last_name(base) not in _TYPING_GENERICS:
+                return None
+        return found
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         for deco in node.decorator_list:

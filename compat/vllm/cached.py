@@ -22,7 +22,7 @@ from compat.vllm.definitions import definition
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
 
-FORMAT = 4
+FORMAT = 5
 T = TypeVar("T")
 
 
@@ -43,7 +43,7 @@ def _encode(value: Any) -> Any:
     if isinstance(value, Missing):
         return {"t": "missing", "reason": value.reason, "elsewhere": list(value.elsewhere)}
     if isinstance(value, Unresolved):
-        return {"t": "unresolved", "reason": value.reason, "traceback": value.traceback}
+        return {"t": "unresolved", "reason": value.reason, "traceback": value.traceback, "outside": value.outside}
     if isinstance(value, Signature):
         return {"t": "sig", "returns": value.returns,
                 "params": [[p.name, p.kind.value, p.has_default, p.default, p.annotation] for p in value.parameters]}
@@ -60,7 +60,7 @@ def _decode(data: Any) -> Any:
     if kind == "missing":
         return Missing(data["reason"], tuple(data["elsewhere"]))
     if kind == "unresolved":
-        return Unresolved(data["reason"], data["traceback"])
+        return Unresolved(data["reason"], data["traceback"], data.get("outside", False))
     if kind == "sig":
         params = tuple(Parameter(n, ParamKind(k), d, dv, a) for n, k, d, dv, a in data["params"])
         return Signature(params, data["returns"])

@@ -50,7 +50,7 @@ class CallableReader:
                 return Unresolved(f"cannot read class {obj.path}")
             return self.constructor(model)
         if obj.kind == "external":
-            return Unresolved(f"{obj.path} is outside the build")
+            return Unresolved(f"{obj.path} is outside the build", outside=True)
         defined = definition(obj)
         if defined is None or defined.function is None:
             return Unresolved(f"{obj.path} is a {obj.kind}, not a callable the static reading understands")
@@ -130,7 +130,7 @@ class CallableReader:
         for base in external:
             if base in EXTERNAL_INIT:
                 return EXTERNAL_INIT[base]
-            return Unresolved(f"{model.found.path} takes its constructor from {base}, outside the build")
+            return Unresolved(f"{model.found.path} takes its constructor from {base}, outside the build", outside=True)
         return Signature(())
 
     def _method_signature(self, found: Found) -> Signature | Unresolved:

@@ -220,7 +220,7 @@ class StaticSurface:
             return Unresolved(f"{owner.path} defines __getattr__; '{name}' may be provided dynamically")
         if external:
             return Unresolved(f"{owner.path} inherits from {', '.join(external)} (outside the build); "
-                              f"'{name}' may come from there")
+                              f"'{name}' may come from there", outside=True)
         return Missing(f"{owner.path} has no attribute '{name}'")
 
     def own_member(self, cls: ClassModel, name: str) -> Found | None:
@@ -306,7 +306,8 @@ class StaticSurface:
             if defined.function.returns is None:
                 return Unresolved(f"{obj.path} has no return annotation")
             return self.annotation_class(defined.module, defined.function.returns)
-        return Unresolved(f"{obj.path} is a {obj.kind}; calling it is not understood statically")
+        return Unresolved(f"{obj.path} is a {obj.kind}; calling it is not understood statically",
+                          outside=obj.kind == "external")
 
     def attribute_type(self, owner: Found, name: str) -> Lookup:
         found = self.member(owner, name)
@@ -330,7 +331,7 @@ class StaticSurface:
             callee = self.resolve_expr(info, value.func)
             if isinstance(callee, Found):
                 return self.result_type(callee) if callee.kind != "external" else Unresolved(
-                    f"built by {callee.path}, outside the build")
+                    f"built by {callee.path}, outside the build", outside=True)
             return callee
         if isinstance(value, ast.Name) and isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for arg in method.args.posonlyargs + method.args.args + method.args.kwonlyargs:
@@ -357,7 +358,7 @@ class StaticSurface:
             if head in ("Annotated", "SkipValidation"):
                 inner = annotation.slice.elts[0] if isinstance(annotation.slice, ast.Tuple) else annotation.slice
                 return self.annotation_class(info, inner)
-            return Unresolved(f"annotation {ast.unparse(annotation)} is a container type")
+            return Unresolved(f"annotation {ast.unparse(annotation)} is a container type", outside=True)
         found = self.resolve_expr(info, annotation, types=True)
         if isinstance(found, Found) and found.kind not in ("class", "external"):
             return Unresolved(f"annotation {ast.unparse(annotation)} is not a class")

@@ -56,6 +56,9 @@ class Unresolved:
     reason: str
     traceback: str | None = None
     """Set when reading the build crashed (an import that raised): the full traceback."""
+    outside: bool = False
+    """What was asked about is not vLLM's code (torch, triton, typing, a builtin container, a logger, Hugging
+    Face's config): there is nothing of vLLM's to check, so it is not a touchpoint at all."""
 
 
 Lookup = Found | Missing | Unresolved

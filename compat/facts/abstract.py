@@ -1,0 +1,55 @@
+"""Whether a class of the build is an interface: a ``Protocol``, an ``ABC``, a class with abstract methods, a
+mixin, or a marker base that declares nothing (``class AttentionMetadata: pass``).
+
+The consumer often holds an object by its declared type (``layer: AttentionLayer``, ``self.waiting:
+RequestQueue``) while the object at runtime is one of the classes implementing it, which may well have an
+attribute the interface does not declare (``FCFSRequestQueue`` is a ``deque``, so it has ``popleft``). A name
+missing from an interface is therefore not a broken API but an unknown: the runtime class decides.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from compat.facts import Fact
+from compat.vllm.static import StaticSurface
+
+_INTERFACE_BASES = frozenset({"Protocol", "ABC", "Generic"})
+
+
+@dataclass(frozen=True)
+class Interface:
+    path: str
+    interface: bool
+    why: str = ""
+
+
+def _read(surface: StaticSurface, path: str) -> Interface:
+    found = surface.lookup(path)
+    model = surface.class_model(found) if getattr(found, "kind", None) == "class" else None
+    if model is None:
+        return Interface(path, False)
+    order, _ = surface.mro(model)
+    if model.found.path.endswith("Mixin"):
+        return Interface(path, True, f"{path} is a mixin: the class it is mixed into provides the rest")
+    if all(isinstance(stmt, ast.Pass) or isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+           for stmt in model.node.body):
+        return Interface(path, True, f"{path} declares nothing: a base its subclasses fill in")
+    for cls in order:
+        node = cls.node
+        for base in node.bases:
+            name = ast.unparse(base.value if isinstance(base, ast.Subscript) else base).rsplit(".", 1)[-1]
+            if name in ("Protocol", "ABC"):
+                return Interface(path, True, f"{cls.found.path} is a {name}")
+        for keyword in node.keywords:
+            if keyword.arg == "metaclass" and ast.unparse(keyword.value).endswith("ABCMeta"):
+                return Interface(path, True, f"{cls.found.path} has metaclass ABCMeta")
+        for stmt in node.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    ast.unparse(d).endswith("abstractmethod") for d in stmt.decorator_list):
+                return Interface(path, True, f"{cls.found.path}.{stmt.name} is abstract")
+    return Interface(path, False)
+
+
+FACT = Fact("interface", _read)
