@@ -135,7 +135,14 @@ class ProbeContext:
         if ref.kind == "attribute" and ref.name in NOT_VLLM:
             return Unresolved(f"{ref.render()} is {NOT_VLLM[ref.name]}, not vLLM's", outside=True)
         if ref.kind == "symbol":
-            return self.lookup(ref.symbol or "", surface)
+            found = self.lookup(ref.symbol or "", surface)
+            if isinstance(found, Found) and found.kind == "attribute":
+                # A module-level variable (``parallel_state._TP``): the class its annotation or value gives.
+                module = self.lookup(found.path.rpartition(".")[0], surface)
+                if isinstance(module, Found) and module.kind == "module":
+                    typed = surface.attribute_type(module, found.path.rpartition(".")[2])
+                    return typed if isinstance(typed, Found) or getattr(typed, "outside", False) else found
+            return found
         if ref.kind == "worker":
             return self.lookup(self.worker_class, surface)
         if ref.kind == "self":

@@ -23,12 +23,19 @@ def _fix(problem: BindProblem, sig: Signature) -> str:
     return "pass each argument once"
 
 
-def _through_class(tp: TouchPoint, callee: Found) -> bool:
-    """``Class.method(obj, ...)``: a plain method reached through its class, not an instance, takes ``self``
-    as its first argument (a dotted path to a method names it through its class)."""
+def _through_class(ctx: ProbeContext, tp: TouchPoint, callee: Found, surface: Surface) -> bool:
+    """``Class.method(obj, ...)``: a plain method reached through its class, not an instance (a module-level
+    instance such as ``ModelRegistry`` is one), takes ``self`` as its first argument."""
     if callee.kind != "method":
         return False
-    return tp.kind == Kind.CALL or (tp.receiver is not None and tp.receiver.kind == "symbol")
+    if tp.kind == Kind.CALL:
+        owner = tp.symbol.rpartition(".")[0]
+    elif tp.receiver is not None and tp.receiver.kind == "symbol":
+        owner = tp.receiver.symbol or ""
+    else:
+        return False
+    found = surface.lookup(owner)
+    return isinstance(found, Found) and found.kind == "class"
 
 
 class CallProbe(Probe):
@@ -48,7 +55,7 @@ class CallProbe(Probe):
         if not isinstance(callee, Found):
             return callee, None
         sig = surface.signature(callee)
-        if isinstance(sig, Signature) and _through_class(tp, callee):
+        if isinstance(sig, Signature) and _through_class(ctx, tp, callee, surface):
             sig = sig.with_self()
         return callee, sig
 

@@ -317,7 +317,9 @@ class StaticSurface:
         if found.kind == "property":
             return self.result_type(found)
         class_attribute = found.kind == "attribute" and defined is not None and defined.owner is not None
-        if defined is not None and (class_attribute or defined.method is not None):
+        module_attribute = found.kind == "attribute" and defined is not None and defined.owner is None \
+            and defined.method is None  # `_TP: GroupCoordinator | None = None` at module level
+        if defined is not None and (class_attribute or module_attribute or defined.method is not None):
             stmt = defined.node
             if isinstance(stmt, ast.AnnAssign):
                 return self.annotation_class(defined.module, stmt.annotation)
@@ -350,7 +352,10 @@ class StaticSurface:
             options = [o for o in _union_members(annotation) if not _is_none(o)]
             if len(options) == 1:
                 return self.annotation_class(info, options[0])
-            return Unresolved(f"annotation {ast.unparse(annotation)} names several types")
+            found = [self.annotation_class(info, o) for o in options]
+            outside = all(isinstance(f, Found) and f.kind == "external" or isinstance(f, Unresolved) and f.outside
+                          for f in found)
+            return Unresolved(f"annotation {ast.unparse(annotation)} names several types", outside=outside)
         if isinstance(annotation, ast.Subscript):
             head = ast.unparse(annotation.value).rsplit(".", 1)[-1]
             if head == "Optional":
@@ -362,6 +367,8 @@ class StaticSurface:
         found = self.resolve_expr(info, annotation, types=True)
         if isinstance(found, Found) and found.kind not in ("class", "external"):
             return Unresolved(f"annotation {ast.unparse(annotation)} is not a class")
+        if isinstance(found, Found) and found.path in ("typing.Any", "typing_extensions.Any", "builtins.object"):
+            return Unresolved(f"annotation {ast.unparse(annotation)} says nothing of the type", outside=True)
         return found
 
     def fact(self, fact: Fact[T], *inputs: Any) -> T:
