@@ -46,7 +46,7 @@ class ImportProbe(Probe):
             if len(moved) > 1:
                 message += f" (also defined in {', '.join(moved[1:3])})"
             return self.finding(tp, Status.BROKEN, message, where_now,
-                                Evidence(evidence.written_for, where_now, evidence.written_for_build, extra=evidence.extra),
+                                replace(evidence, audited=where_now),
                                 fix=f"from {new_module} import {name}")
         return self.finding(tp, Status.BROKEN, f"{tp.symbol} does not exist in this build: {found.reason}", None,
                             evidence, fix=f"remove the use of {name} or find its replacement in this vLLM")
