@@ -88,22 +88,40 @@ class ProbeContext:
         key = ("added", id(surface))
         if key not in self._memo:
             self._memo[key] = {}  # while it is computed, lookups see vLLM alone
+            self._memo[("replaced", id(surface))] = {}
             added: dict[tuple[str, str], str] = {}
+            replaced: dict[str, str] = {}
             for patch in self.scan.class_patches:
                 target = self.lookup(patch.target, surface)
                 if isinstance(target, Found):
                     for name in patch.names:
-                        if not self._vllms(patch.target, name):
-                            added.setdefault((target.path, name), f"{patch.location} ({patch.patcher})")
+                        where = f"{patch.location} ({patch.patcher})"
+                        if patch.kind == "replace" or (patch.kind == "patch" and self._vllms(patch.target, name)):
+                            # vLLM's own name, whose code the consumer replaces: its calls run the consumer's.
+                            own = surface.member(target, name)
+                            if isinstance(own, Found):
+                                replaced.setdefault(own.path, where)
+                            if patch.kind == "replace":
+                                added.setdefault((target.path, name), where)
+                        elif not self._vllms(patch.target, name):
+                            added.setdefault((target.path, name), where)
             for tp in self.scan.touchpoints:
                 if tp.kind is Kind.ATTRIBUTE and tp.store and tp.receiver is not None and tp.attribute:
                     owner = self._class_of(tp.receiver, surface)
                     if isinstance(owner, Found) and not self._vllms(tp.receiver, tp.attribute):
                         added.setdefault((owner.path, tp.attribute), str(tp.location))
             self._memo[key] = added
+            self._memo[("replaced", id(surface))] = replaced
             for stale in [k for k in self._memo if k[0] in ("lookup", "class_of") and k[1] == id(surface)]:
                 del self._memo[stale]
         return self._memo[key]
+
+    def replaced(self, path: str, surface: Surface | None = None) -> str | None:
+        """Where the consumer replaces vLLM's ``path`` (a function, a class, a method) with its own code, if it
+        does: calls of it run the consumer's code, so vLLM's signature is not what they must bind to."""
+        surface = surface or self.surface
+        self.added(surface)
+        return self._memo[("replaced", id(surface))].get(path)
 
     def _vllms(self, target: Ref | str, name: str) -> bool:
         """``name`` is vLLM's own on ``target`` in the build the consumer was written for: the consumer sets or

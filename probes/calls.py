@@ -70,6 +70,9 @@ class CallProbe(Probe):
                             audited=sig.render() if isinstance(sig, Signature) else None,
                             written_for_build=ctx.written_for.build.version if ctx.written_for else None,
                             extra=(("changes", ", ".join(changes)),) if changes else ())
+        if isinstance(callee, Found) and (ctx.replaced(callee.path) or (
+                callee.kind == "class" and ctx.replaced(f"{callee.path}.__init__"))):
+            return None  # the consumer replaced it (or the class's __init__): its own code is what calls bind to
         if isinstance(callee, ConsumerDefined) or (isinstance(callee, Unresolved) and callee.outside) or (
                 isinstance(sig, Unresolved) and sig.outside):
             return None  # the consumer's own callable, or another library's: nothing of vLLM's to bind against

@@ -10,7 +10,7 @@ import ast
 
 from compat.consumer.conditions import ConditionReader
 from compat.consumer.index import ConsumerIndex, ConsumerModule, IndexedClass
-from compat.consumer.model import Fallback, Guard, Kind, Ref, ReplyUse, TouchPoint
+from compat.consumer.model import ClassPatch, Fallback, Guard, Kind, Ref, ReplyUse, TouchPoint
 from compat.consumer.record import ModuleRecord
 from compat.consumer.values import (
     ClassAttributes,
@@ -107,6 +107,10 @@ class ExpressionReader:
             self.bind(target.id, value)
         elif isinstance(target, ast.Attribute):
             base = self.eval(target.value)
+            if isinstance(base, Sym) and isinstance(value, Local):
+                # `vllm.mod.f = my_f`, `VllmClass.__init__ = my_init`: the consumer's code runs where vLLM's did.
+                self.found.class_patches.append(ClassPatch(base.path, value.qualname, (target.attr,),
+                                                           self.loc(target), "replace"))
             if isinstance(base, SelfOf):
                 info = self.index.classes.get(base.qualname)
                 if info is not None and value is not None:
@@ -140,6 +144,15 @@ class ExpressionReader:
             self.bind(node.target.id, value)
             return value
         if isinstance(node, ast.Lambda):
+            return None
+        if isinstance(node, ast.IfExp):
+            # `x.a if hasattr(x, "a") else d`: the body runs checked.
+            self.eval(node.test, record)
+            pushed = self.narrow(node.test)
+            self.eval(node.body, record)
+            if pushed:
+                self.narrowing.pop()
+            self.eval(node.orelse, record)
             return None
         if isinstance(node, ast.BoolOp):
             # `hasattr(x, "a") and x.a`, `not hasattr(x, "a") or x.a`: the later operands run checked.

@@ -136,7 +136,8 @@ class ClassPatch:
     location: Location
     kind: str = "patch"
     """``patch``: copied onto the target; ``subclass``: a consumer subclass of it (whose instances the consumer may
-    hold where the target's type is declared)."""
+    hold where the target's type is declared); ``replace``: the consumer assigns its own function or class to
+    the target's attribute (``vllm.mod.f = my_f``, ``Cls.__init__ = my_init``), so its code runs there."""
 
 
 @dataclass(frozen=True)

@@ -126,11 +126,20 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         self.visit_expr(node.test)
         if involves_target(expr):
             text = ast.unparse(node.test)
+            names = self.scopes[-1].names
+            before = dict(names)
             self.guards.append(Guard(expr, True, text, self.loc(node)))
             self.visit_narrowed(node.test, node.body)
+            taken = dict(names)
             self.guards[-1] = Guard(expr, False, text, self.loc(node))
             self.visit_block(node.orelse)
             self.guards.pop()
+            # A name the two branches bind to two vLLM names (an import that moved) is one or the other.
+            for name, value in list(names.items()):
+                other = taken.get(name)
+                if isinstance(value, Sym) and isinstance(other, Sym) and value != other and (
+                        other is not before.get(name)):
+                    names[name] = Either(((other, expr, text), (value, Not(expr), f"not ({text})")), self.loc(node))
         elif is_type_checking(node.test):
             self.visit_block(node.orelse)
         else:

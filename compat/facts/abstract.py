@@ -1,5 +1,6 @@
-"""Whether a class of the build is an interface: a ``Protocol``, an ``ABC``, a class with abstract methods, a
-mixin, or a marker base that declares nothing (``class AttentionMetadata: pass``).
+"""Whether a class of the build is an interface: a ``Protocol``, an ``ABC``, a class with abstract methods (or
+methods that only raise ``NotImplementedError``), a mixin, or a marker base that declares nothing
+(``class AttentionMetadata: pass``).
 
 The consumer often holds an object by its declared type (``layer: AttentionLayer``, ``self.waiting:
 RequestQueue``) while the object at runtime is one of the classes implementing it, which may well have an
@@ -49,7 +50,19 @@ def _read(surface: StaticSurface, path: str) -> Interface:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
                     ast.unparse(d).endswith("abstractmethod") for d in stmt.decorator_list):
                 return Interface(path, True, f"{cls.found.path}.{stmt.name} is abstract")
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and _not_implemented(stmt):
+                return Interface(path, True, f"{cls.found.path}.{stmt.name} raises NotImplementedError: its "
+                                 "subclasses implement it")
     return Interface(path, False)
+
+
+def _not_implemented(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """The body is ``raise NotImplementedError`` (after a docstring): a base class's method left to subclasses."""
+    body = [s for s in function.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    exc = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
 
 
 FACT = Fact("interface", _read)
