@@ -18,15 +18,22 @@ MEMORY_CAP = 3 << 30
 """Address space, not resident memory: torch's libraries alone map about 1.5 GiB of it."""
 TIMEOUT = 60
 
-# The child caps itself, runs the gate, and reports its own peak resident memory on its last stderr line.
+# The child caps itself, runs the gate, and reports its own peak resident memory on its last stderr line:
+# VmHWM of its own address space (ru_maxrss would include the parent's memory at fork: a test process that has
+# grown to a gigabyte would make every child look that large).
 _CHILD = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap}))
 from compat.gate.cli import main
+
+def peak_kb():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+
 try:
     code = main(sys.argv[1:])
 finally:
-    print(f"maxrss_kb={{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}}", file=sys.stderr)
+    print(f"maxrss_kb={{peak_kb()}}", file=sys.stderr)
 sys.exit(code)
 """
 

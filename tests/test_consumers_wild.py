@@ -234,3 +234,78 @@ def test_one_missing_name_is_one_finding(tmp_path, build):
     failing = [f for f in result.findings if f.status.value in ("broken", "unknown")]
     assert [f.check for f in failing] == ["import"], [(f.check, f.message) for f in failing]
     assert "2 later use(s)" in failing[0].message or "later use" in failing[0].message
+
+
+@pytest.mark.slow
+def test_vllm_ascend_at_the_build_it_targets(build):
+    """vllm-ascend 0.11.0 at vLLM 0.11.0: what it stores on vLLM's objects, checks first, guards by its own
+    version helper, or reaches through other libraries' objects is not a broken vLLM API."""
+    scan = scan_tree(sources.tree_from_release("vllm-ascend", "0.11.0"))
+    result = _audit(scan, build, "0.11.0")
+    # forward_context.fused_moe_state = ... on vLLM's ForwardContext, and the reads of it
+    stores = _at(result, "vllm_ascend/ascend_forward_context.py:104", "attribute")
+    assert stores and all(f.status.value == "ok" for f in stores), [f.message for f in stores]
+    # elif hasattr(layer, 'quant_method') and ...: layer.quant_method.apply(...)
+    checked = _at(result, "vllm_ascend/attention/attention_v1.py:609")
+    assert checked and all(f.status.value == "ok" for f in checked), [f.message for f in checked]
+    # if vllm_version_is("0.11.0"): ... else: from vllm.attention.layer import MLAAttention (a newer vLLM's)
+    (newer,) = _at(result, "vllm_ascend/models/layers/mla.py:42", "import")
+    assert newer.status.value == "ok" and "not run with this build" in newer.message
+    # nothing about other libraries' objects is reported as unknown
+    unknown = [f.message for f in result.findings if f.status.value == "unknown"]
+    for other in ("hf_config", "triton.language", "logger", "zmq.", "typing.Any", "torch.nn.Module"):
+        assert not [m for m in unknown if other in m], other
+
+
+def test_replacements_and_branches_of_a_version_check(tmp_path, build):
+    scan = _scan(tmp_path, {"patch.py": """
+        import vllm.v1.core.sched.utils as sched_utils
+        from vllm.v1.core.sched.scheduler import Scheduler
+
+        def my_check_stop(request, max_model_len, pooler_output):
+            return False
+
+        def my_init(self, *args, **kwargs):
+            pass
+
+        sched_utils.check_stop = my_check_stop
+        Scheduler.__init__ = my_init
+        """, "use.py": """
+        import vllm
+        from vllm.v1.core.sched.utils import check_stop
+        from vllm.v1.core.sched.scheduler import Scheduler
+
+        if vllm.__version__ == "0.11.0":
+            from vllm.v1.core.sched.utils import check_stop as chosen
+        else:
+            from vllm.v1.core.sched.utils import remove_all as chosen
+
+        def run(request, spec):
+            check_stop(request, 100, None)
+            Scheduler(1, 2, 3, 4, 5, 6, 7, 8, 9)
+            chosen(request)
+            return spec.head_size if hasattr(spec, "head_size") else 0
+        """})
+    kinds = {(p.kind, p.names) for p in scan.class_patches}
+    assert ("replace", ("check_stop",)) in kinds and ("replace", ("__init__",)) in kinds
+    (chosen,) = [tp for tp in scan.touchpoints if tp.kind.value == "call" and "chosen" in tp.code
+                 and tp.symbol.endswith("check_stop")]
+    assert [g.branch for g in chosen.guards] == [True]
+    result = _audit(scan, build, "0.11.0")
+    # the replaced function and __init__ are the consumer's: no binding against vLLM's signatures
+    assert not [f for f in result.findings if f.check == "call" and f.status.value != "ok"
+                and ("check_stop" in f.symbol or "Scheduler" in f.symbol)], \
+        [f.message for f in result.findings if f.check == "call"]
+
+
+def test_an_interface_is_read_from_the_build():
+    from compat.facts.abstract import FACT
+    from compat.vllm.builds import open_build
+
+    for version, path in (("0.18.0", "vllm.v1.kv_cache_interface.KVCacheSpec"),  # raises NotImplementedError
+                          ("0.11.0", "vllm.attention.backends.abstract.AttentionLayer"),  # a Protocol
+                          ("0.11.0", "vllm.v1.core.sched.request_queue.RequestQueue"),  # an ABC
+                          ("0.11.0", "vllm.attention.backends.abstract.AttentionMetadata"),  # declares nothing
+                          ("0.11.0", "vllm.v1.worker.lora_model_runner_mixin.LoRAModelRunnerMixin")):
+        assert open_build(version).surface.fact(FACT, path).interface, path
+    assert not open_build("0.18.0").surface.fact(FACT, "vllm.config.vllm.VllmConfig").interface

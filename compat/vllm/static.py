@@ -326,7 +326,7 @@ class StaticSurface:
             return self._value_class(defined.module, getattr(stmt, "value", None), defined.method)
         if found.kind == "class":
             return found
-        return Unresolved(f"the type of {found.path} is not declared")
+        return Unresolved(f"the type of {found.path} is not declared", outside=found.kind == "external")
 
     def _value_class(self, info: ModuleInfo, value: ast.expr | None, method: ast.AST | None) -> Lookup:
         if isinstance(value, ast.Call):
