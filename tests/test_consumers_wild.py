@@ -309,3 +309,24 @@ def test_an_interface_is_read_from_the_build():
                           ("0.11.0", "vllm.v1.worker.lora_model_runner_mixin.LoRAModelRunnerMixin")):
         assert open_build(version).surface.fact(FACT, path).interface, path
     assert not open_build("0.18.0").surface.fact(FACT, "vllm.config.vllm.VllmConfig").interface
+
+
+def test_a_module_getattr_serving_fixed_names_is_read(build):
+    """vllm.platforms serves current_platform through a module __getattr__ (lazily built): importable; a name
+    it does not serve is missing, not unknown."""
+    surface = build("0.11.0").surface
+    assert surface.lookup("vllm.platforms.current_platform").__class__.__name__ == "Found"
+    missing = surface.lookup("vllm.platforms.no_such_platform")
+    assert missing.__class__.__name__ == "Missing" and "serves only current_platform" in missing.reason
+
+
+def test_which_names_a_module_getattr_serves():
+    import ast
+
+    from compat.vllm.static import _getattr_names  # noqa: PLC2701 - the parsing logic, on small fixtures
+
+    fixed = ast.parse("def __getattr__(name):\n    if name in ('a', 'b'):\n        return 1\n"
+                      "    elif name in globals():\n        return globals()[name]\n    raise AttributeError(name)\n")
+    assert sorted(_getattr_names(fixed)) == ["a", "b"]
+    dynamic = ast.parse("def __getattr__(name):\n    return getattr(_impl, name)\n")
+    assert _getattr_names(dynamic) is None
