@@ -173,8 +173,8 @@ class ProbeContext:
                 return self.member(owner, ref.name, surface)
             found = surface.attribute_type(owner, ref.name)
             if isinstance(found, Missing):
-                return self.member(owner, ref.name, surface) if isinstance(
-                    self.member(owner, ref.name, surface), ConsumerDefined) else found
+                member = self.member(owner, ref.name, surface)
+                return member if isinstance(member, ConsumerDefined) else found
             return found
         if ref.kind == "call" and ref.base is not None:
             callee = self.callee(ref.base, surface)

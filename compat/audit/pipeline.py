@@ -168,7 +168,7 @@ def fold_consequences(findings: list[Finding]) -> list[Finding]:
         if i in folded:
             where = sorted(set(folded[i]))
             shown = ", ".join(where[:5]) + (f" and {len(where) - 5} more" if len(where) > 5 else "")
-            f = replace(f, message=f"{f.message}; {len(folded[i])} later use(s) fail for the same reason ({shown})",
+            f = replace(f, message=f"{f.message}; {len(where)} later use(s) fail for the same reason ({shown})",
                         evidence=replace(f.evidence, extra=f.evidence.extra + (("consequences", shown),)))
         out.append(f)
     return out

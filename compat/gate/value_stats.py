@@ -153,7 +153,7 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     for i, digest in enumerate(digests):
         groups.setdefault(digest.digest(), []).append(i)
     identical = tuple(g for candidates in groups.values() if len(candidates) > 1
-                      for g in _identical(st, candidates, tokens, hidden, plan))
+                      for g in _identical(st, candidates, tokens, hidden, itemsize))
     ids = st.token_ids()
     id_range = (int(ids.min()), int(ids.max())) if token_range and ids.numel() else None
     mask = st.loss_mask()
@@ -163,17 +163,17 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     return SampleValues(view, tuple(stats), identical, id_range, odd, read)
 
 
-def _identical(st: SampleTensors, candidates: list[int], tokens: int, hidden: int, plan: _Plan) -> list[tuple]:
+def _identical(st: SampleTensors, candidates: list[int], tokens: int, hidden: int, itemsize: int) -> list[tuple]:
     """The groups of byte-identical layers among ``candidates`` (layers whose sums of squares agree), by a digest
     of their bytes: a second read, of these layers only (none, in a sound dataset)."""
     import torch
 
     digests = {i: hashlib.blake2b(digest_size=16) for i in candidates}
-    rows = max(1, CHUNK_BYTES // max(1, hidden * st.view.layers[0].nbytes // max(1, tokens * hidden)))
+    one = _Plan.of(1, hidden, itemsize)  # one layer at a time
     for i in candidates:
-        for start in range(0, tokens, rows):
-            for c0 in range(0, hidden, plan.columns):
-                part = st.part(start, min(tokens, start + rows), i, i + 1, c0, min(hidden, c0 + plan.columns))
+        for start in range(0, tokens, one.rows):
+            for c0 in range(0, hidden, one.columns):
+                part = st.part(start, min(tokens, start + one.rows), i, i + 1, c0, min(hidden, c0 + one.columns))
                 digests[i].update(part.contiguous().view(torch.uint8).numpy())
     groups: dict[bytes, list[int]] = {}
     for i in candidates:
