@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 
 from compat.signature import CallShape
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def parse_source(source: str | bytes, filename: str) -> ast.Module:
+    """Parse someone else's source without printing its warnings (an invalid escape sequence in a consumer's
+    string is a SyntaxWarning the audit has no use for); syntax errors still raise."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(source, filename=filename)
 
 
 def module_name(root: Path, path: Path) -> str:

@@ -41,8 +41,8 @@ class ReplyShapeProbe(Probe):
                                 facts.location, evidence)
         uses = tp.reply_uses
         if not uses:
-            return self.finding(tp, Status.OK, f"{how} returns {described.get(shape, shape)}; the consumer does not "
-                                "index or unpack the reply", where, evidence,
+            return self.finding(tp, Status.OK, f"{how} returns {described.get(shape, shape)}; "
+                                "the scan sees no index, unpack or iteration of the reply", where, evidence,
                                 symbol=f"{executor}.collective_rpc")
         problems = []
         for use in uses:

@@ -47,6 +47,9 @@ def test_what_arctic_adds_to_vllm_is_its_own_at_the_pinned_build(arctic_020, bui
     assert rpc.status.value in ("ok", "unknown"), rpc.message
     # Python's own attributes are not vLLM API.
     assert all(f.status.value == "ok" for f in _at(result, "arctic_inference/vllm/config.py:192"))
+    # results = await self.llm.collective_rpc("sync_weights", ...); return results[0] if results else {}
+    (reply,) = _at(result, "arctic_inference/server/worker.py:426", "reply-shape")
+    assert "index [0] at arctic_inference/server/worker.py:431" in reply.message, reply.message
 
 
 @pytest.mark.slow
@@ -297,6 +300,29 @@ def test_replacements_and_branches_of_a_version_check(tmp_path, build):
     assert not [f for f in result.findings if f.check == "call" and f.status.value != "ok"
                 and ("check_stop" in f.symbol or "Scheduler" in f.symbol)], \
         [f.message for f in result.findings if f.check == "call"]
+
+
+def test_an_awaited_reply_is_followed_to_its_uses(tmp_path, build):
+    scan = _scan(tmp_path, {"server.py": """
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        async def first(llm: AsyncLLM):
+            results = await llm.collective_rpc("report")
+            return results[0] if results else {}
+
+        async def total(llm: AsyncLLM):
+            results = await llm.collective_rpc("report")
+            return sum(r["n"] for r in results)
+
+        async def ignored(llm: AsyncLLM):
+            await llm.collective_rpc("report")
+        """})
+    uses = {tp.location.line: [(u.kind, u.detail) for u in tp.reply_uses]
+            for tp in scan.touchpoints if tp.kind.value == "rpc"}
+    assert uses == {5: [("index", "[0]")], 9: [("iterate", "for r in ...")], 13: []}
+    result = _audit(scan, build, "0.11.0")
+    (ignored,) = _at(result, "server.py:13", "reply-shape")
+    assert "sees no index, unpack or iteration" in ignored.message
 
 
 def test_an_interface_is_read_from_the_build():

@@ -145,6 +145,9 @@ class ExpressionReader:
             return value
         if isinstance(node, ast.Lambda):
             return None
+        if isinstance(node, ast.Await):
+            # `await engine.collective_rpc(...)` is the reply itself (AsyncLLM's collective_rpc is a coroutine).
+            return self.eval(node.value, record)
         if isinstance(node, ast.IfExp):
             # `x.a if hasattr(x, "a") else d`: the body runs checked.
             self.eval(node.test, record)
@@ -174,7 +177,9 @@ class ExpressionReader:
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             self.scopes.append(Scope(kind="function", qualname=self.context()))
             for gen in node.generators:
-                self.eval(gen.iter, record)
+                iterated = self.eval(gen.iter, record)
+                if isinstance(iterated, Reply):
+                    self.reply_use(iterated, "iterate", f"for {ast.unparse(gen.target)} in ...", node)
                 self.assign(gen.target, None)
                 for cond in gen.ifs:
                     self.eval(cond, record)

@@ -23,7 +23,7 @@ from compat.consumer.values import ClassAttributes
 from compat.consumer.visitor import walk_module
 from compat.location import Location
 from compat.sources import SourceTree
-from compat.syntax import module_name
+from compat.syntax import module_name, parse_source
 
 _PASSES = 3
 """Walks over every module: ``self.x`` assigned in one may be read in another, before or after it."""
@@ -84,7 +84,7 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False) 
         try:
             # As Python reads source: a UTF-8 byte-order mark is not part of the code.
             text = path.read_bytes().decode("utf-8-sig", errors="replace")
-            module_ast = ast.parse(text, filename=relpath)
+            module_ast = parse_source(text, relpath)
         except SyntaxError as exc:
             problems.append(ScanProblem(Location(relpath, exc.lineno or 0),
                                         f"SyntaxError: {exc.msg} (file skipped, the rest audited)"))

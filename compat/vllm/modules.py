@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compat.syntax import absolute_module, is_type_checking
+from compat.syntax import absolute_module, is_type_checking, parse_source
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class SourceIndex:
             return None
         path, is_package = found
         source = path.read_bytes()
-        tree = ast.parse(source, filename=str(path))
+        tree = parse_source(source, str(path))
         self.parsed_files.append(path)
         info = ModuleInfo(name, path, path.relative_to(self.root).as_posix(), tree, is_package)
         _collect(info, tree.body, info.bindings, info.type_bindings, runtime=True)
