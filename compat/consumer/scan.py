@@ -8,7 +8,6 @@ judge each one against a build.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
