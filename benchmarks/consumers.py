@@ -35,6 +35,10 @@ CORPUS = [
     ("vllm-ascend", "0.11.0", "0.11.0", ("0.13.0",)),
     ("vllm-ascend", "0.13.0", "0.13.0", ("0.18.0",)),
     ("vllm-ascend", "0.18.0", "0.18.0", ("0.26.0",)),
+    # Optional extras pin these: trl[vllm] (>=0.22.0, <=0.31.0), openrlhf[vllm] (==0.29.0), verl[vllm] (==0.24.0).
+    ("trl", "1.16.0", "0.31.0", ("0.22.0", "0.33.0")),
+    ("openrlhf", "0.11.2", "0.29.0", ("0.33.0",)),
+    ("verl", "0.9.1", "0.24.0", ("0.29.0",)),
 ]
 STATUSES = ("ok", "broken", "changed", "unknown", "error")
 

@@ -180,7 +180,9 @@ class ProbeContext:
             callee = self.callee(ref.base, surface)
             if not isinstance(callee, Found):
                 return callee
-            return surface.result_type(callee)
+            through = self.class_of(ref.base.base, surface) if ref.base.kind == "attribute" and ref.base.base \
+                else None
+            return surface.result_type(callee, through if isinstance(through, Found) else None)
         return Unresolved(f"cannot tell what {ref.render()} is")
 
     def callee(self, ref: Ref, surface: Surface | None = None) -> Lookup:

@@ -261,6 +261,109 @@ def test_vllm_ascend_at_the_build_it_targets(build):
         assert not [m for m in unknown if other in m], other
 
 
+@pytest.mark.slow
+def test_hugging_face_version_helpers_across_modules_on_trl(build):
+    """TRL 1.16.0 (vLLM 0.22.0 to 0.31.0): `_HAS_STATEFUL_TRAINER_ENGINE = is_vllm_available(min_version="0.28.0")`,
+    a helper in trl/import_utils.py that finds vLLM's version through importlib.util.find_spec and
+    importlib.metadata in a further helper; each branch of `if _HAS_STATEFUL_TRAINER_ENGINE: ... elif
+    is_vllm_available(): ...` imports names that only its own builds have."""
+    scan = scan_tree(sources.tree_from_release("trl", "1.16.0"))
+    new, old = "trl/generation/vllm_client.py:50", "trl/generation/vllm_client.py:53"
+    for vllm, runs, skipped in (("0.31.0", new, old), ("0.22.0", old, new)):
+        result = _audit(scan, build, vllm)
+        ran = _at(result, runs, "import")
+        assert ran and all(f.status.value == "ok" and "not run" not in f.message for f in ran), vllm
+        not_run = _at(result, skipped, "import")
+        assert not_run and all("not run with this build" in f.message and "0.28.0" in f.message
+                               for f in not_run), (vllm, [f.message for f in not_run])
+        assert not [f for f in result.findings if f.status.value == "broken"], vllm
+
+
+@pytest.mark.slow
+def test_engine_args_built_by_a_classmethod_on_verl(build):
+    """verl 0.9.1 at the vLLM it pins: `engine_args = AsyncEngineArgs.from_cli_args(args)` builds the class it was
+    reached through (`return cls(...)`, no annotation), so what is read from it is checked, not unknown."""
+    scan = scan_tree(sources.tree_from_release("verl", "0.9.1"))
+    result = _audit(scan, build, "0.24.0")
+    where = "verl/workers/rollout/vllm_rollout/vllm_async_server.py"
+    for line, symbol in ((484, "AsyncEngineArgs.create_engine_config"), (490, "AsyncEngineArgs.enable_log_requests")):
+        found = [f for f in _at(result, f"{where}:{line}", "attribute") if f.symbol.endswith(symbol)]
+        assert found and all(f.status.value == "ok" for f in found), (line, [f.message for f in found])
+    (call,) = _at(result, f"{where}:484", "call")
+    assert call.status.value == "ok", call.message
+
+
+def test_a_classmethod_returning_cls_gives_the_class_reached_through(tmp_path, build):
+    scan = _scan(tmp_path, {"mod.py": """
+        from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
+
+        def make(ns):
+            args = EngineArgs.from_cli_args(ns)
+            print(args.model, args.no_such_field)
+            other = AsyncEngineArgs.from_cli_args(ns)
+            print(other.no_such_field)
+        """})
+    result = _audit(scan, build, "0.11.0")
+    statuses = {(f.consumer_location, f.symbol.rsplit(".", 2)[-2] + "." + f.symbol.rsplit(".", 1)[-1]): f.status.value
+                for f in result.findings if f.check == "attribute"}
+    assert statuses[("mod.py:6", "EngineArgs.model")] == "ok"
+    assert statuses[("mod.py:6", "EngineArgs.no_such_field")] == "broken"
+    assert statuses[("mod.py:8", "AsyncEngineArgs.no_such_field")] == "broken"
+
+
+def test_a_version_helper_in_another_module_is_run_for_the_build(tmp_path, build):
+    """The Hugging Face pattern, as a fixture: the version comes from importlib.metadata in a helper of a helper
+    in another module; a helper the scan cannot run makes its branches unknown, never broken."""
+    scan = _scan(tmp_path, {"import_utils.py": """
+        import importlib.metadata
+        import importlib.util
+        from packaging.version import Version
+
+        MAPPING = importlib.metadata.packages_distributions()
+
+        def _available(name, return_version=False):
+            exists = importlib.util.find_spec(name) is not None
+            version = "N/A"
+            if exists and return_version:
+                try:
+                    dists = MAPPING[name]
+                    dist = name.replace("_", "-") if name in dists else dists[0]
+                    version = importlib.metadata.version(dist)
+                except KeyError:
+                    pass
+            return exists, version
+
+        def is_vllm_available(min_version=None):
+            ok, version = _available("vllm", return_version=True)
+            if ok and min_version is not None and Version(version) < Version(min_version):
+                return False
+            return ok
+
+        def vllm_is_new():
+            for part in ("0", "12"):
+                return part == "12"
+        """, "mod.py": """
+        from .import_utils import is_vllm_available, vllm_is_new
+
+        NEW = is_vllm_available(min_version="0.12.0")
+        if NEW:
+            from vllm.sampling_params import NotIn0110
+        elif is_vllm_available():
+            from vllm.sampling_params import SamplingParams
+
+        if vllm_is_new():
+            from vllm.sampling_params import AlsoNotIn0110
+        """})
+    result = _audit(scan, build, "0.11.0")
+    (skipped,) = _at(result, "mod.py:6", "import")
+    assert skipped.status.value == "ok" and "not run with this build" in skipped.message, skipped.message
+    (ran,) = _at(result, "mod.py:8", "import")
+    assert ran.status.value == "ok" and "not run" not in ran.message, ran.message
+    (unrun,) = _at(result, "mod.py:11", "import")
+    assert unrun.status.value == "unknown", unrun.message
+    assert "could not run: it returns from inside a loop" in unrun.message, unrun.message
+
+
 def test_replacements_and_branches_of_a_version_check(tmp_path, build):
     scan = _scan(tmp_path, {"patch.py": """
         import vllm.v1.core.sched.utils as sched_utils

@@ -130,7 +130,9 @@ def _guard_state(ctx: ProbeContext, tp: TouchPoint) -> tuple[bool | None, str]:
             reasons.append(f"`{guard.text}` at {guard.location} cannot be evaluated ({render(guard.expr)})")
         elif value != guard.branch:
             state = False
-            reasons.append(f"`{guard.text}` at {guard.location} is {value} for vLLM {ctx.version}")
+            meaning = render(guard.expr)
+            said = f" ({meaning})" if meaning != guard.text else ""
+            reasons.append(f"`{guard.text}` at {guard.location}{said} is {value} for vLLM {ctx.version}")
     return state, "; ".join(reasons)
 
 

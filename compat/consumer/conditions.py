@@ -10,40 +10,42 @@ string ``startswith``), helpers the consumer defines for them (``def vllm_is_at_
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from compat.consumer.guards import All, Any_, Const, GuardExpr, HasAttr, Not, Opaque, VersionCmp
+from compat.consumer.guards import All, Any_, Const, GuardExpr, HasAttr, Not, Opaque, Unevaluated, VersionCmp
+from compat.consumer.helpers import (
+    Distributions,
+    Function,
+    HelperRun,
+    Installed,
+    TargetModule,
+    Tup,
+    Unknown,
+    truth,
+)
 from compat.consumer.values import Lit, Local, Sym, Value, VersionValue
 from compat.syntax import FunctionNode, called_name
+
+if TYPE_CHECKING:
+    from compat.consumer.index import ConsumerIndex
 
 _PARSERS = {"Version", "parse", "parse_version", "LooseVersion", "StrictVersion"}
 _DIST_VERSION = {"version"}
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 _OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
-_MAX_INLINE_DEPTH = 4
-
-
-def _own_nodes(function: FunctionNode) -> list[ast.AST]:
-    """The nodes of ``function``'s body, not those of functions or classes nested in it."""
-    out: list[ast.AST] = []
-    stack: list[ast.AST] = list(function.body)
-    while stack:
-        node = stack.pop()
-        out.append(node)
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            stack.extend(ast.iter_child_nodes(node))
-    return out
+_MAX_INLINE_DEPTH = 8
+_STRING_METHODS = {"replace", "lower", "upper", "strip"}
 
 
 class ConditionReader:
     """Reads a test into a guard expression; ``resolve`` gives a name's value where the test is read."""
 
-    def __init__(self, target: str, functions: Mapping[str, FunctionNode],
-                 resolve: Callable[[ast.expr], Value]) -> None:
+    def __init__(self, target: str, index: ConsumerIndex, resolve: Callable[[ast.expr], Value]) -> None:
         self.target = target
-        self.functions = functions
+        self.index = index
         self.resolve = resolve
+        self._module_values: dict[tuple[str, str], Any] = {}
 
     def read(self, node: ast.expr, env: dict[str, Any] | None = None, depth: int = 0) -> GuardExpr:
         value = self.value(node, env or {}, depth)
@@ -58,11 +60,16 @@ class ConditionReader:
             return Lit(node.value)
         if isinstance(node, ast.Tuple) and all(isinstance(e, ast.Constant) for e in node.elts):
             return Lit(tuple(e.value for e in node.elts))
+        if isinstance(node, ast.Tuple):
+            return Tup(tuple(self.value(e, env, depth) for e in node.elts))
         if isinstance(node, ast.Name) and node.id in env:
             return env[node.id]
         if isinstance(node, ast.Attribute) and node.attr in ("__version__", "__version_tuple__") and isinstance(
                 node.value, ast.Name) and node.value.id == self.target:
             return VersionValue("tuple" if node.attr.endswith("tuple__") else "string")
+        module = env.get("__module__")
+        if module is not None:
+            return self._helper_value(node, env, module, depth)
         if isinstance(node, (ast.Name, ast.Attribute)):
             if isinstance(node, ast.Attribute) and node.attr == "version" and isinstance(node.value, ast.Call):
                 inner = self._dist_call(node.value)
@@ -81,12 +88,91 @@ class ConditionReader:
             return self._call(node, env, depth)
         return None
 
+    def _helper_value(self, node: ast.expr, env: dict[str, Any], module: str, depth: int) -> Any:
+        """An expression inside a helper of ``module``: its names are the helper's locals, then its module's."""
+        if isinstance(node, ast.Name):
+            return self.module_value(module, node.id, depth)
+        if isinstance(node, ast.Attribute):
+            base = self.value(node.value, env, depth)
+            if isinstance(base, TargetModule) and node.attr in ("__version__", "__version_tuple__"):
+                return VersionValue("tuple" if node.attr.endswith("tuple__") else "string")
+            if isinstance(base, VersionValue) and node.attr in ("base_version", "public"):
+                return VersionValue("version")  # compared as its public release anyway
+            if isinstance(node.value, ast.Call) and node.attr == "version":
+                return self._dist_call(node.value)
+            return Unknown(f"`{ast.unparse(node)}` is not understood")
+        if isinstance(node, ast.Subscript):
+            base = self.value(node.value, env, depth)
+            key = self.value(node.slice, env, depth)
+            if isinstance(base, Distributions) and base.target is None and key == Lit(self.target):
+                return Distributions(self.target)
+            if isinstance(base, Distributions) and base.target is not None:
+                return Lit(base.target)
+            return Unknown(f"`{ast.unparse(node)}` is not understood")
+        if isinstance(node, ast.IfExp):
+            body, orelse = self.value(node.body, env, depth), self.value(node.orelse, env, depth)
+            return body if body == orelse else Unknown(f"`{ast.unparse(node)}` differs by its test")
+        if isinstance(node, (ast.BoolOp, ast.UnaryOp, ast.Compare, ast.Call)):
+            return self.value_of_operation(node, env, depth)
+        return Unknown(f"`{ast.unparse(node)}` is not understood")
+
+    def value_of_operation(self, node: ast.expr, env: dict[str, Any], depth: int) -> Any:
+        if isinstance(node, ast.BoolOp):
+            items = tuple(truth(self.value(v, env, depth), ast.unparse(v)) for v in node.values)
+            return All(items) if isinstance(node.op, ast.And) else Any_(items)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return Not(truth(self.value(node.operand, env, depth), ast.unparse(node.operand)))
+        if isinstance(node, ast.Compare):
+            return self._compare(node, env, depth)
+        if isinstance(node, ast.Call):
+            return self._call(node, env, depth)
+        return Unknown(f"`{ast.unparse(node)}` is not understood")
+
+    def module_of(self, qualname: str) -> str:
+        return self.index.function_modules.get(qualname, qualname.rpartition(".")[0])
+
+    def module_value(self, module: str, name: str, depth: int) -> Any:
+        """A module-level name of a consumer module, as the default run binds it (read once)."""
+        key = (module, name)
+        if key not in self._module_values:
+            self._module_values[key] = Unknown(f"{module}.{name} refers to itself")
+            self._module_values[key] = self._read_module_name(module, name, depth)
+        return self._module_values[key]
+
+    def _read_module_name(self, module: str, name: str, depth: int) -> Any:
+        qualname = f"{module}.{name}"
+        if qualname in self.index.functions:
+            return Function(qualname)
+        source = self.index.modules.get(module)
+        if source is None:
+            return Unknown(f"{name} is not defined in the consumer")
+        found: Any = Unknown(f"{name} is not a module-level name of {module}")
+        for stmt in source.tree.body + [s for t in source.tree.body if isinstance(t, ast.Try) for s in t.body]:
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
+                found = stmt.value
+            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name \
+                    and stmt.value is not None:
+                found = stmt.value
+            elif isinstance(stmt, (ast.Import, ast.ImportFrom)) and any(
+                    (a.asname or a.name.split(".")[0]) == name for a in stmt.names):
+                found = stmt
+        if isinstance(found, ast.expr):
+            return self.value(found, {"__module__": module}, depth + 1)
+        if isinstance(found, (ast.Import, ast.ImportFrom)):
+            env: dict[str, Any] = {"__module__": module}
+            HelperRun(self, depth).bind_import(found, env)
+            return env.get(name, Unknown(f"{name} is not understood"))
+        return found
+
     def _compare(self, node: ast.Compare, env: dict[str, Any], depth: int) -> GuardExpr:
         parts: list[GuardExpr] = []
         left = self.value(node.left, env, depth)
         for op, right_node in zip(node.ops, node.comparators):
             right = self.value(right_node, env, depth)
-            parts.append(self._pair(left, _OPS.get(type(op)), right, node))
+            if isinstance(op, (ast.Is, ast.IsNot)) and right == Lit(None) and _is_known(left):
+                parts.append(Const((left == Lit(None)) == isinstance(op, ast.Is)))
+            else:
+                parts.append(self._pair(left, _OPS.get(type(op)), right, node))
             left = right
         return parts[0] if len(parts) == 1 else All(tuple(parts))
 
@@ -123,9 +209,22 @@ class ConditionReader:
             if isinstance(inner, Lit) and isinstance(inner.value, str):
                 return Lit(inner.value, parsed=True)
             return None
-        if name in _DIST_VERSION and len(args) == 1 and isinstance(args[0], ast.Constant):
-            if str(args[0].value).lower() == self.target:
+        if name in _DIST_VERSION and len(args) == 1:
+            distribution = self.value(args[0], env, depth)
+            if isinstance(distribution, Lit) and str(distribution.value).lower().replace("_", "-") == self.target:
                 return VersionValue("string")
+        if name == "find_spec" and len(args) == 1 and self.value(args[0], env, depth) == Lit(self.target):
+            return Installed()
+        if name == "packages_distributions" and not args:
+            return Distributions()
+        if name in _STRING_METHODS and isinstance(func, ast.Attribute):
+            base = self.value(func.value, env, depth)
+            values = [self.value(a, env, depth) for a in args]
+            if isinstance(base, Lit) and isinstance(base.value, str) and all(isinstance(v, Lit) for v in values):
+                try:
+                    return Lit(getattr(base.value, name)(*(v.value for v in values)))
+                except (TypeError, ValueError):
+                    return None
         if name == "startswith" and isinstance(func, ast.Attribute) and len(args) == 1:
             base = self.value(func.value, env, depth)
             prefix = self.value(args[0], env, depth)
@@ -141,43 +240,32 @@ class ConditionReader:
         return self._inline_helper(node, env, depth)
 
     def _inline_helper(self, node: ast.Call, env: dict[str, Any], depth: int) -> Any:
-        """A consumer helper whose body is one ``return <test>``, read with the call's arguments."""
+        """A consumer helper, run for the default build with the call's arguments (``compat.consumer.helpers``).
+        When the run cannot tell its result and the helper reads the target's version, the condition is
+        ``Unevaluated``: code under it is then neither run nor skipped for certain."""
         if depth >= _MAX_INLINE_DEPTH:
             return None
-        target = self.resolve(node.func)
-        if not isinstance(target, Local):
+        target = self.value(node.func, env, depth) if "__module__" in env else self.resolve(node.func)
+        qualname = target.qualname if isinstance(target, (Local, Function)) else None
+        helper = self.index.functions.get(qualname or "")
+        if helper is None or qualname is None:
             return None
-        helper = self.functions.get(target.qualname)
-        if helper is None:
-            return None
-        body = [s for s in helper.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-        params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
-        defaults = helper.args.defaults
-        inner_env: dict[str, Any] = {}
-        for index, param in enumerate(params):
-            default_index = index - (len(params) - len(defaults))
-            if default_index >= 0:
-                inner_env[param] = self.value(defaults[default_index], env, depth)
-        for param, arg in zip(params, node.args):
-            inner_env[param] = self.value(arg, env, depth)
-        for kw in node.keywords:
-            if kw.arg:
-                inner_env[kw.arg] = self.value(kw.value, env, depth)
-        if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
-            return self.value(body[0].value, inner_env, depth + 1)
-        return self._helper_body(helper, inner_env, depth + 1)
+        args = [self.value(a, env, depth) for a in node.args if not isinstance(a, ast.Starred)]
+        kwargs = {kw.arg: self.value(kw.value, env, depth) for kw in node.keywords if kw.arg}
+        result = HelperRun(self, depth + 1).call(helper, qualname, args, kwargs)
+        if isinstance(result, Unknown) and "__module__" not in env and _reads_target(helper, qualname, self.target):
+            return Unevaluated(ast.unparse(node), result.reason)
+        return result
 
-    def _helper_body(self, helper: FunctionNode, env: dict[str, Any], depth: int) -> Any:
-        """A helper of several statements (``vllm_version_is``: an environment override, then ``try: return
-        Version(v) == Version(target)``), read for the build as it runs by default: a local that one of its
-        assignments binds to the build's version is that version (overrides are not the default), and the
-        helper's test is what its returns agree on. Anything else: not understood (None)."""
-        nodes = [n for n in _own_nodes(helper)]
-        for stmt in nodes:
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-                value = self.value(stmt.value, env, depth)
-                if isinstance(value, VersionValue):
-                    env[stmt.targets[0].id] = value
-        returns = {self.read(s.value, dict(env), depth) for s in nodes if isinstance(s, ast.Return) and s.value}
-        found = [r for r in returns if not isinstance(r, Opaque)]
-        return found[0] if len(found) == 1 and len(returns) == 1 else None
+
+def _is_known(value: Any) -> bool:
+    """A value the run knows to be None or not (an ``is None`` test of it is decided)."""
+    return isinstance(value, (Lit, Tup, Installed, Distributions, TargetModule, Function, VersionValue))
+
+
+def _reads_target(helper: FunctionNode, qualname: str, target: str) -> bool:
+    """The helper is about the target: named for it, or naming it in its body (``"vllm"``, ``vllm.__version__``)."""
+    if target in qualname.rpartition(".")[2].lower():
+        return True
+    return any(isinstance(n, ast.Constant) and n.value == target or isinstance(n, ast.Name) and n.id == target
+               for n in ast.walk(helper))

@@ -58,7 +58,7 @@ class ExpressionReader:
         """Objects reached through an attribute the consumer checked with ``hasattr``: checked wherever they flow."""
         self.class_bases: dict[str, str] = {}
         """Consumer class -> the vLLM class it extends or patches (see ``SelfOf.base``)."""
-        self.conditions = ConditionReader(target, index.functions, lambda node: self.eval(node, record=False))
+        self.conditions = ConditionReader(target, index, lambda node: self.eval(node, record=False))
 
     # ---- bookkeeping -------------------------------------------------------------------
     def loc(self, node: ast.AST) -> Location:

@@ -71,9 +71,18 @@ class Opaque(GuardExpr):
     text: str
 
 
+@dataclass(frozen=True)
+class Unevaluated(GuardExpr):
+    """A test of the build's version the scan could not evaluate (a helper it cannot run): code under it is
+    neither run nor skipped for certain, so its findings cannot be ``broken``."""
+
+    text: str
+    reason: str
+
+
 def involves_target(expr: GuardExpr) -> bool:
     """Whether the condition depends on the audited build at all."""
-    if isinstance(expr, (VersionCmp, HasAttr, Imports)):
+    if isinstance(expr, (VersionCmp, HasAttr, Imports, Unevaluated)):
         return True
     if isinstance(expr, Not):
         return involves_target(expr.item)
@@ -100,7 +109,7 @@ def evaluate(expr: GuardExpr, version: str | None, lookup: BuildQuery | None = N
     """
     if isinstance(expr, Const):
         return expr.value
-    if isinstance(expr, Opaque):
+    if isinstance(expr, (Opaque, Unevaluated)):
         return None
     if isinstance(expr, Not):
         inner = evaluate(expr.item, version, lookup)
@@ -134,7 +143,31 @@ def evaluate(expr: GuardExpr, version: str | None, lookup: BuildQuery | None = N
     return None
 
 
+_NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+
+
+def simplify(expr: GuardExpr) -> GuardExpr:
+    """The same test, written shorter: constants that decide nothing dropped, a negated comparison flipped."""
+    if isinstance(expr, (All, Any_)):
+        neutral = Const(isinstance(expr, All))
+        items = tuple(i for i in (simplify(i) for i in expr.items) if i != neutral)
+        if Const(not neutral.value) in items:
+            return Const(not neutral.value)
+        if not items:
+            return neutral
+        return items[0] if len(items) == 1 else type(expr)(items)
+    if isinstance(expr, Not):
+        inner = simplify(expr.item)
+        if isinstance(inner, Const):
+            return Const(not inner.value)
+        if isinstance(inner, VersionCmp) and inner.mode != "prefix":
+            return VersionCmp(_NEGATED[inner.op], inner.other, inner.mode)
+        return inner.item if isinstance(inner, Not) else Not(inner)
+    return expr
+
+
 def render(expr: GuardExpr) -> str:
+    expr = simplify(expr)
     if isinstance(expr, VersionCmp):
         if expr.mode == "prefix":
             return f"version {'starts' if expr.op == '==' else 'does not start'} with {expr.other!r}"
@@ -153,4 +186,6 @@ def render(expr: GuardExpr) -> str:
         return str(expr.value)
     if isinstance(expr, Opaque):
         return expr.text
+    if isinstance(expr, Unevaluated):
+        return f"{expr.text}, a test of the version the audit could not run: {expr.reason}"
     return "?"

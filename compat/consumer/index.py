@@ -60,6 +60,9 @@ class ConsumerIndex:
         self.classes: dict[str, IndexedClass] = {}
         self.functions: dict[str, FunctionNode] = {}
         self.function_files: dict[str, str] = {}
+        self.function_modules: dict[str, str] = {}
+        """Function qualname -> the module it is defined in (its names resolve there)."""
+        self.modules: dict[str, ConsumerModule] = {}
         self.return_annotations: dict[str, ast.expr] = {}
         self.extensions: list[tuple[str, Location]] = []
         """``worker_extension_cls="pkg.mod.Class"`` arguments, in the order found (duplicates kept)."""
@@ -82,6 +85,7 @@ class ConsumerIndex:
                     qualname = f"{prefix}.{stmt.name}"
                     self.functions[qualname] = stmt
                     self.function_files[qualname] = module.relpath
+                    self.function_modules[qualname] = module.module
                     if owner is not None:
                         owner.methods[stmt.name] = stmt
                     if stmt.returns is not None:
@@ -90,6 +94,7 @@ class ConsumerIndex:
                     walk(stmt.body, prefix, owner)
                     walk(getattr(stmt, "orelse", []), prefix, owner)
 
+        self.modules[module.module] = module
         walk(module.tree.body, module.module, None)
         # Non-ASCII source may spell a keyword with characters that normalise to it: walk those always.
         if any(k in text for k in EXTENSION_KEYWORDS) or not text.isascii():

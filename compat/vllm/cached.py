@@ -144,8 +144,14 @@ class CachedSurface:
     def signature(self, obj: Found) -> Signature | Unresolved:
         return self._ask(f"signature|{_owner_key(obj)}", lambda: self._with_live(obj, self.inner.signature))
 
-    def result_type(self, obj: Found) -> Lookup:
-        return self._ask(f"result|{_owner_key(obj)}", lambda: self._with_live(obj, self.inner.result_type))
+    def result_type(self, obj: Found, through: Found | None = None) -> Lookup:
+        def compute() -> Lookup:
+            live_through = self._live(through) if through is not None else None
+            return self._with_live(obj, self.inner.result_type,
+                                   live_through if isinstance(live_through, Found) else None)
+
+        via = f"|{_owner_key(through)}" if through is not None else ""
+        return self._ask(f"result|{_owner_key(obj)}{via}", compute)
 
     def attribute_type(self, owner: Found, name: str) -> Lookup:
         return self._ask(f"attrtype|{_owner_key(owner)}|{name}",

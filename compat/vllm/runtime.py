@@ -222,9 +222,11 @@ class RuntimeSurface:
     def _static_twin(self, obj: Found) -> Lookup:
         return self.static.lookup(obj.path)
 
-    def result_type(self, obj: Found) -> Lookup:
+    def result_type(self, obj: Found, through: Found | None = None) -> Lookup:
         twin = self._static_twin(obj)
-        return self.static.result_type(twin) if isinstance(twin, Found) else twin
+        static_through = self._static_twin(through) if through is not None else None
+        return self.static.result_type(twin, static_through if isinstance(static_through, Found) else None) \
+            if isinstance(twin, Found) else twin
 
     def attribute_type(self, owner: Found, name: str) -> Lookup:
         twin = self._static_twin(owner)

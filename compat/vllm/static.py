@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -305,15 +306,21 @@ class StaticSurface:
     def signature(self, obj: Found) -> Signature | Unresolved:
         return self.callables.signature(obj)
 
-    def result_type(self, obj: Found) -> Lookup:
+    def result_type(self, obj: Found, through: Found | None = None) -> Lookup:
         if obj.kind == "class":
             return obj
         defined = definition(obj)
         if obj.kind in ("function", "method", "classmethod", "staticmethod", "property") and defined is not None \
                 and defined.function is not None:
-            if defined.function.returns is None:
+            returns = defined.function.returns
+            own = through if through is not None and through.kind == "class" else \
+                defined.owner.found if defined.owner is not None else None
+            if own is not None and (_names_self_type(returns) or returns is None and _returns_own_instance(
+                    defined.function, obj.kind)):
+                return own  # `-> Self`, or `return cls(...)` in a classmethod: the class it was reached through
+            if returns is None:
                 return Unresolved(f"{obj.path} has no return annotation")
-            return self.annotation_class(defined.module, defined.function.returns)
+            return self.annotation_class(defined.module, returns)
         return Unresolved(f"{obj.path} is a {obj.kind}; calling it is not understood statically",
                           outside=obj.kind == "external")
 
@@ -525,3 +532,48 @@ def _c3_merge(sequences: list[list[ClassModel]]) -> list[ClassModel]:
         seqs = [[c for c in s if c is not head] for s in seqs]
         seqs = [s for s in seqs if s]
     return result
+
+
+def _names_self_type(annotation: ast.expr | None) -> bool:
+    """``-> Self`` or ``-> "Self"`` (typing or typing_extensions)."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return annotation.value.strip() in ("Self", "typing.Self", "typing_extensions.Self")
+    return annotation is not None and ast.unparse(annotation).rsplit(".", 1)[-1] == "Self"
+
+
+def _returns_own_instance(function: ast.FunctionDef | ast.AsyncFunctionDef, kind: str) -> bool:
+    """Every ``return`` of the function gives an instance of its own class: ``cls(...)`` in a classmethod (directly or
+    through a local assigned only from it), or ``self`` in a method."""
+    params = function.args.posonlyargs + function.args.args
+    if kind not in ("classmethod", "method") or not params:
+        return False
+    first = params[0].arg
+    made: dict[str, bool] = {}
+    returned: list[ast.expr | None] = []
+    for node in _own_statements(function):
+        if isinstance(node, ast.Assign):
+            built = isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and \
+                node.value.func.id == first and kind == "classmethod"
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    made[target.id] = made.get(target.id, True) and built
+        elif isinstance(node, ast.Return):
+            returned.append(node.value)
+
+    def own(value: ast.expr | None) -> bool:
+        if isinstance(value, ast.Name):
+            return value.id == first if kind == "method" else made.get(value.id, False)
+        return kind == "classmethod" and isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and \
+            value.func.id == first
+
+    return bool(returned) and all(own(value) for value in returned)
+
+
+def _own_statements(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
+    """The nodes of a function's body, without those of functions and classes nested in it."""
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(child for child in ast.iter_child_nodes(node)
+                     if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)))

@@ -76,8 +76,9 @@ class Surface(Protocol):
     def signature(self, obj: Found) -> Signature | Unresolved:
         """What calling ``obj`` accepts: a class's constructor, a function, a method via an instance."""
 
-    def result_type(self, obj: Found) -> Lookup:
-        """The class of what calling ``obj`` returns (an instance for a class)."""
+    def result_type(self, obj: Found, through: Found | None = None) -> Lookup:
+        """The class of what calling ``obj`` returns (an instance for a class); ``through`` is the class a method
+        was reached through (``AsyncEngineArgs.from_cli_args`` defined on ``EngineArgs`` builds the subclass)."""
 
     def attribute_type(self, owner: Found, name: str) -> Lookup:
         """The class of attribute ``name`` on instances of ``owner``."""
