@@ -6,7 +6,7 @@ import ast
 import warnings
 from pathlib import Path
 
-from compat.signature import CallShape
+from compat.signature import CallShape, Parameter, ParamKind, Signature
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -62,3 +62,34 @@ def called_name(node: ast.Call) -> str:
     """The last name of what a call calls: ``f`` for ``f(x)`` and ``a.b.f(x)``, "" for ``g()(x)``."""
     func = node.func
     return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def annotation_text(node: ast.expr) -> str:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return ast.unparse(node)
+
+
+def from_def(node: FunctionNode) -> Signature:
+    """The parameters a def declares, in ``inspect`` order and kinds."""
+    args = node.args
+    params: list[Parameter] = []
+    positional = args.posonlyargs + args.args
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    for index, (arg, default) in enumerate(zip(positional, defaults)):
+        kind = ParamKind.POSITIONAL_ONLY if index < len(args.posonlyargs) else ParamKind.POSITIONAL_OR_KEYWORD
+        params.append(_param(arg, kind, default))
+    if args.vararg:
+        params.append(_param(args.vararg, ParamKind.VAR_POSITIONAL, None))
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+        params.append(_param(arg, ParamKind.KEYWORD_ONLY, default))
+    if args.kwarg:
+        params.append(_param(args.kwarg, ParamKind.VAR_KEYWORD, None))
+    returns = annotation_text(node.returns) if node.returns is not None else None
+    return Signature(tuple(params), returns)
+
+
+def _param(arg: ast.arg, kind: ParamKind, default: ast.expr | None) -> Parameter:
+    annotation = annotation_text(arg.annotation) if arg.annotation is not None else None
+    return Parameter(arg.arg, kind, default is not None, ast.unparse(default) if default is not None else None,
+                     annotation)

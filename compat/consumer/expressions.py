@@ -10,7 +10,7 @@ import ast
 
 from compat.consumer.conditions import ConditionReader
 from compat.consumer.index import ConsumerIndex, ConsumerModule, IndexedClass
-from compat.consumer.model import ClassPatch, Fallback, Guard, Kind, Ref, ReplyUse, TouchPoint
+from compat.consumer.model import ClassPatch, Fallback, Guard, Kind, Ref, Replacement, ReplyUse, TouchPoint
 from compat.consumer.record import ModuleRecord
 from compat.consumer.values import (
     ClassAttributes,
@@ -26,7 +26,7 @@ from compat.consumer.values import (
 )
 from compat.location import Location
 from compat.signature import CallShape
-from compat.syntax import call_shape
+from compat.syntax import call_shape, from_def
 
 RPC_METHODS = ("collective_rpc",)
 
@@ -111,6 +111,9 @@ class ExpressionReader:
                 # `vllm.mod.f = my_f`, `VllmClass.__init__ = my_init`: the consumer's code runs where vLLM's did.
                 self.found.class_patches.append(ClassPatch(base.path, value.qualname, (target.attr,),
                                                            self.loc(target), "replace"))
+                function = self.index.functions.get(value.qualname)
+                self.replacement_touch(target, base.path, target.attr, Replacement(
+                    value.qualname, "replace", from_def(function) if function is not None else None))
             if isinstance(base, SelfOf):
                 info = self.index.classes.get(base.qualname)
                 if info is not None and value is not None:
@@ -332,6 +335,12 @@ class ExpressionReader:
         for kw in node.keywords:
             self.eval(kw.value, record)
         return result
+
+    def replacement_touch(self, node: ast.AST, target: str, name: str, replacement: Replacement) -> None:
+        """The consumer's code in place of vLLM's ``target.name`` (see ``Replacement``)."""
+        self.add(TouchPoint(Kind.PATCH, f"{target}.{name}", self.loc(node), self.code(node),
+                            receiver=Ref.of_symbol(target), attribute=name, guards=tuple(self.guards),
+                            context=self.context(), replacement=replacement))
 
     def reply_use(self, reply: Reply, kind: str, detail: str, node: ast.AST) -> None:
         self.found.reply_uses.setdefault(reply.location, []).append(

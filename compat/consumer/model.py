@@ -7,7 +7,7 @@ from enum import Enum
 
 from compat.consumer.guards import GuardExpr
 from compat.location import Location
-from compat.signature import CallShape
+from compat.signature import CallShape, Signature
 
 
 class Kind(str, Enum):
@@ -15,6 +15,7 @@ class Kind(str, Enum):
     CALL = "call"
     ATTRIBUTE = "attribute"
     RPC = "rpc"
+    PATCH = "patch"
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,19 @@ class ReplyUse:
 
 
 @dataclass(frozen=True)
+class Replacement:
+    """The consumer's own code for a vLLM name (a ``PATCH`` touchpoint): a method of a patch class copied onto
+    the target, an override in a subclass, or a function or class assigned over vLLM's (``how``: ``patch``,
+    ``subclass``, ``replace``). vLLM's own callers then call the consumer's code with vLLM's arguments."""
+
+    patcher: str
+    """The consumer's def (qualname)."""
+    how: str
+    signature: Signature | None = None
+    """The def's parameters as written (``self`` included for a method); None for a class or a value."""
+
+
+@dataclass(frozen=True)
 class TouchPoint:
     kind: Kind
     symbol: str
@@ -103,6 +117,8 @@ class TouchPoint:
     """For RPC touchpoints: what the consumer does with the reply."""
     literals: tuple[tuple[str, str], ...] = ()
     """Keyword arguments passed as literals (``enable_prefix_caching=False``), as source text."""
+    replacement: Replacement | None = None
+    """For PATCH touchpoints: the consumer's code that takes the place of ``symbol``."""
     narrowed: str = ""
     """The check the consumer makes before this use, so that a missing attribute is handled: ``hasattr(x, "a")``
     around ``x.a``, or a ``try`` whose handler catches AttributeError (source text and location)."""

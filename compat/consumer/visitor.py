@@ -11,7 +11,7 @@ import ast
 from compat.consumer.expressions import ExpressionReader, is_class_like
 from compat.consumer.guards import GuardExpr, Imports, Not, involves_target
 from compat.consumer.index import ConsumerIndex, ConsumerModule
-from compat.consumer.model import ClassPatch, Fallback, Guard, Kind, Ref, TouchPoint
+from compat.consumer.model import ClassPatch, Fallback, Guard, Kind, Ref, Replacement, TouchPoint
 from compat.consumer.record import ForwardReplacement, ModuleRecord
 from compat.consumer.values import (
     ClassAttributes,
@@ -26,7 +26,7 @@ from compat.consumer.values import (
     Value,
     VersionValue,
 )
-from compat.syntax import absolute_module, called_name, is_type_checking
+from compat.syntax import absolute_module, called_name, from_def, is_type_checking
 
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
@@ -40,6 +40,9 @@ def _conjuncts(test: ast.expr) -> list[ast.expr]:
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return [part for value in test.values for part in _conjuncts(value)]
     return [test]
+
+
+_CONSTRUCTION = frozenset({"__init__", "__new__", "__init_subclass__", "__class_getitem__", "__post_init__"})
 
 
 def _catches(handler: ast.ExceptHandler, name: str) -> bool:
@@ -243,6 +246,10 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
             self.class_bases[qualname] = target
             names = info.own_names() if kind == "patch" else self.index.declared_names(info)
             self.found.class_patches.append(ClassPatch(target, qualname, tuple(sorted(names)), self.loc(node), kind))
+            for name, method in info.methods.items():
+                if kind == "subclass" and name in _CONSTRUCTION:
+                    continue  # the consumer builds its subclass itself, with its own arguments
+                self.replacement_touch(method, target, name, Replacement(f"{qualname}.{name}", kind, from_def(method)))
         self.bind(node.name, Local(qualname))
         if info is not None:
             self.class_stack.append(info)

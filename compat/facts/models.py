@@ -10,8 +10,7 @@ from dataclasses import dataclass, field, replace
 from compat.facts import Fact
 from compat.facts.reading import loc, method
 from compat.signature import Parameter, ParamKind, Signature
-from compat.syntax import call_shape
-from compat.vllm.callables import from_def
+from compat.syntax import call_shape, from_def
 from compat.vllm.definitions import ClassModel, definition
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import Found

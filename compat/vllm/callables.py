@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 from compat.signature import Parameter, ParamKind, Signature
-from compat.syntax import FunctionNode
+from compat.syntax import FunctionNode, annotation_text, from_def
 from compat.vllm.definitions import ClassModel, Reading, definition
 from compat.vllm.modules import ModuleInfo
 from compat.vllm.surface import Found, Unresolved
@@ -242,7 +242,7 @@ class CallableReader:
         for stmt in cls.node.body:
             if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name):
                 continue
-            annotation = _annotation_text(stmt.annotation)
+            annotation = annotation_text(stmt.annotation)
             head = annotation.split("[", 1)[0].rsplit(".", 1)[-1]
             if head == "ClassVar":
                 continue
@@ -312,37 +312,6 @@ def _default_node(call: ast.Call) -> ast.expr | None:
     if call.args and not (isinstance(call.args[0], ast.Constant) and call.args[0].value is Ellipsis):
         return call.args[0]
     return None
-
-
-def _annotation_text(node: ast.expr) -> str:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    return ast.unparse(node)
-
-
-def from_def(node: FunctionNode) -> Signature:
-    """The parameters a def declares, in ``inspect`` order and kinds."""
-    args = node.args
-    params: list[Parameter] = []
-    positional = args.posonlyargs + args.args
-    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    for index, (arg, default) in enumerate(zip(positional, defaults)):
-        kind = ParamKind.POSITIONAL_ONLY if index < len(args.posonlyargs) else ParamKind.POSITIONAL_OR_KEYWORD
-        params.append(_param(arg, kind, default))
-    if args.vararg:
-        params.append(_param(args.vararg, ParamKind.VAR_POSITIONAL, None))
-    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
-        params.append(_param(arg, ParamKind.KEYWORD_ONLY, default))
-    if args.kwarg:
-        params.append(_param(args.kwarg, ParamKind.VAR_KEYWORD, None))
-    returns = _annotation_text(node.returns) if node.returns is not None else None
-    return Signature(tuple(params), returns)
-
-
-def _param(arg: ast.arg, kind: ParamKind, default: ast.expr | None) -> Parameter:
-    annotation = _annotation_text(arg.annotation) if arg.annotation is not None else None
-    return Parameter(arg.arg, kind, default is not None, ast.unparse(default) if default is not None else None,
-                     annotation)
 
 
 def _own_returns(node: FunctionNode) -> list[ast.Return]:

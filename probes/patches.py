@@ -1,0 +1,121 @@
+"""Patches: the consumer's code that takes the place of a vLLM name must still have something to replace, and
+must still take the arguments vLLM's own callers pass.
+
+A method of a patch class (``class P(ArcticPatch[GPUModelRunner])``), an override in a subclass of a vLLM class,
+or a function assigned over vLLM's (``Scheduler.schedule = my_schedule``) is called by vLLM with vLLM's
+arguments. When vLLM drops or renames the name, the consumer's code is silently never called; when vLLM changes
+what it passes, the consumer's code fails when called. What a consumer adds (a name vLLM does not have) is its
+own and is not checked here.
+"""
+
+from __future__ import annotations
+
+from compat.consumer.model import Kind, TouchPoint
+from compat.findings import Evidence, Finding, Status
+from compat.probe import Probe, ProbeContext
+from compat.signature import CallShape, ParamKind, Signature
+from compat.vllm.surface import Found, Missing, Surface
+
+_HOW = {"patch": "the patch", "subclass": "the override", "replace": "the replacement"}
+
+
+def calls_vllm_makes(sig: Signature, required_only: bool) -> list[CallShape]:
+    """The calls vLLM's own callers may make of a callable with signature ``sig``: its required arguments
+    (positional ones positionally), and, unless ``required_only``, each optional one by keyword as well."""
+    positional = sum(1 for p in sig.parameters if p.required and p.kind in (
+        ParamKind.POSITIONAL_ONLY, ParamKind.POSITIONAL_OR_KEYWORD))
+    keywords = tuple(p.name for p in sig.parameters if p.required and p.kind == ParamKind.KEYWORD_ONLY)
+    calls = [CallShape(positional, keywords)]
+    if not required_only:
+        calls += [CallShape(positional, keywords + (p.name,)) for p in sig.parameters
+                  if not p.required and p.kind in (ParamKind.POSITIONAL_OR_KEYWORD, ParamKind.KEYWORD_ONLY)]
+    return calls
+
+
+def refusals(replacement: Signature, sig: Signature, required_only: bool) -> list[str]:
+    """How the consumer's ``replacement`` fails calls vLLM makes of ``sig`` (empty: it takes them all)."""
+    found: list[str] = []
+    for call in calls_vllm_makes(sig, required_only):
+        for problem in replacement.bind(call, "it"):
+            if problem.message not in found:
+                found.append(problem.message)
+    return found
+
+
+class PatchProbe(Probe):
+    def check(self, ctx: ProbeContext, tp: TouchPoint) -> Finding | None:
+        replacement = tp.replacement
+        if replacement is None or tp.receiver is None or tp.attribute is None:
+            return None
+        how = _HOW.get(replacement.how, "the patch")
+        owner = ctx.lookup(tp.receiver.symbol or "")
+        if not isinstance(owner, Found):
+            return None  # the target itself is missing: its import or attribute reports that
+        now = ctx.surface.member(owner, tp.attribute)
+        then = self._member(ctx.written_for, tp.receiver.symbol or "", tp.attribute)
+        vllms = then if ctx.written_for is not None else now
+        if not isinstance(vllms, Found):
+            return None  # the consumer's own addition, not a replacement of vLLM's
+        target = f"{owner.path}.{tp.attribute}"
+        if isinstance(now, Missing):
+            return self.finding(
+                tp, Status.BROKEN, f"{target}, which {how} {replacement.patcher} replaces, is gone from this build: "
+                f"vLLM no longer calls it, so the consumer's code there never runs ({now.reason})",
+                evidence=Evidence(written_for=f"{target} exists", audited=now.reason,
+                                  written_for_build=ctx.written_for.build.version if ctx.written_for else None),
+                fix=f"find what replaced {target} in this build and patch that", symbol=target)
+        if not isinstance(now, Found):
+            return self.finding(tp, Status.UNKNOWN, f"cannot tell whether {target} exists: {now.reason}",
+                                symbol=target)
+        where = str(now.location) if now.location else None
+        if replacement.signature is None or now.kind in ("class", "attribute", "instance-attribute", "property"):
+            return self.finding(tp, Status.OK, f"{how} {replacement.patcher} replaces {target}, which this build has",
+                                where, symbol=target)
+        mine = replacement.signature
+        if owner.kind == "class" and now.kind != "staticmethod":
+            mine = mine.drop_first()  # self (or cls): vLLM calls it through an instance or the class
+        sig_now = ctx.surface.signature(now)
+        if not isinstance(sig_now, Signature):
+            return self.finding(tp, Status.UNKNOWN, f"signature of {target} unknown: {sig_now.reason}", where,
+                                symbol=target)
+        sig_then = ctx.written_for.signature(then) if ctx.written_for is not None and isinstance(then, Found) \
+            else None
+        if isinstance(sig_then, Signature):
+            refused_now, refused_then = refusals(mine, sig_now, False), refusals(mine, sig_then, False)
+            new = [r for r in refused_now if r not in refused_then]
+            evidence = Evidence(written_for=f"{target}{sig_then.render()}", audited=f"{target}{sig_now.render()}",
+                                written_for_build=ctx.written_for.build.version if ctx.written_for else None,
+                                extra=(("consumer", f"{replacement.patcher}{mine.render()}"),))
+            if new:
+                return self.finding(
+                    tp, Status.BROKEN, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); "
+                    f"{how} {replacement.patcher}{mine.render()} refuses what vLLM's callers may pass: "
+                    + "; ".join(new), where, evidence, fix=f"give {replacement.patcher} the parameters of "
+                    f"{target}{sig_now.render()}", symbol=target)
+            return self.finding(tp, Status.OK, f"{how} {replacement.patcher} takes what vLLM's callers pass to "
+                                f"{target}{sig_now.render()}", where, evidence, symbol=target)
+        refused = refusals(mine, sig_now, True)
+        if refused:
+            return self.finding(
+                tp, Status.BROKEN, f"{how} {replacement.patcher}{mine.render()} cannot take the arguments vLLM's "
+                f"{target}{sig_now.render()} requires: " + "; ".join(refused), where,
+                fix=f"give {replacement.patcher} the parameters of {target}{sig_now.render()}", symbol=target)
+        return self.finding(tp, Status.OK, f"{how} {replacement.patcher} takes the arguments {target}"
+                            f"{sig_now.render()} requires", where, symbol=target)
+
+    @staticmethod
+    def _member(surface: Surface | None, owner_path: str, name: str):
+        if surface is None:
+            return None
+        owner = surface.lookup(owner_path)
+        return surface.member(owner, name) if isinstance(owner, Found) else owner
+
+
+PROBE = PatchProbe(
+    name="patch",
+    description="The consumer's code in place of a vLLM name (patch-class methods, subclass overrides, "
+                "assignments over vLLM's functions): the name still exists and vLLM's callers' arguments still "
+                "bind to it.",
+    kinds=(Kind.PATCH,),
+    order=45,
+)
