@@ -42,6 +42,11 @@ def refusals(replacement: Signature, sig: Signature, required_only: bool) -> lis
     return found
 
 
+def _takes_anything(sig: Signature) -> bool:
+    """``(*args, **kwargs)``-style: the signature does not say what its callers pass (a decorator's wrapper)."""
+    return any(p.kind in (ParamKind.VAR_POSITIONAL, ParamKind.VAR_KEYWORD) for p in sig.parameters)
+
+
 class PatchProbe(Probe):
     def check(self, ctx: ProbeContext, tp: TouchPoint) -> Finding | None:
         replacement = tp.replacement
@@ -60,7 +65,8 @@ class PatchProbe(Probe):
         if isinstance(now, Missing):
             return self.finding(
                 tp, Status.BROKEN, f"{target}, which {how} {replacement.patcher} replaces, is gone from this build: "
-                f"vLLM no longer calls it, so the consumer's code there never runs ({now.reason})",
+                f"vLLM no longer calls it, so the consumer's code there runs only where the consumer calls it itself "
+                f"({now.reason})",
                 evidence=Evidence(written_for=f"{target} exists", audited=now.reason,
                                   written_for_build=ctx.written_for.build.version if ctx.written_for else None),
                 fix=f"find what replaced {target} in this build and patch that", symbol=target)
@@ -78,30 +84,33 @@ class PatchProbe(Probe):
         if not isinstance(sig_now, Signature):
             return self.finding(tp, Status.UNKNOWN, f"signature of {target} unknown: {sig_now.reason}", where,
                                 symbol=target)
-        sig_then = ctx.written_for.signature(then) if ctx.written_for is not None and isinstance(then, Found) \
-            else None
-        if isinstance(sig_then, Signature):
-            refused_now, refused_then = refusals(mine, sig_now, False), refusals(mine, sig_then, False)
-            new = [r for r in refused_now if r not in refused_then]
-            evidence = Evidence(written_for=f"{target}{sig_then.render()}", audited=f"{target}{sig_now.render()}",
-                                written_for_build=ctx.written_for.build.version if ctx.written_for else None,
-                                extra=(("consumer", f"{replacement.patcher}{mine.render()}"),))
-            if new:
-                return self.finding(
-                    tp, Status.BROKEN, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); "
-                    f"{how} {replacement.patcher}{mine.render()} refuses what vLLM's callers may pass: "
-                    + "; ".join(new), where, evidence, fix=f"give {replacement.patcher} the parameters of "
-                    f"{target}{sig_now.render()}", symbol=target)
-            return self.finding(tp, Status.OK, f"{how} {replacement.patcher} takes what vLLM's callers pass to "
-                                f"{target}{sig_now.render()}", where, evidence, symbol=target)
-        refused = refusals(mine, sig_now, True)
-        if refused:
+        if ctx.written_for is None or not isinstance(then, Found):
+            # Without the build it was written for, a different signature may be the consumer's design (a subclass
+            # that also overrides the caller): only what vLLM changed since is checked.
+            return self.finding(tp, Status.OK, f"{how} {replacement.patcher} replaces {target}, which this build "
+                                "has (its parameters are compared only against the build it was written for)",
+                                where, symbol=target)
+        sig_then = ctx.written_for.signature(then)
+        if not isinstance(sig_then, Signature):
+            return self.finding(tp, Status.UNKNOWN, f"signature of {target} in the build written for unknown: "
+                                f"{sig_then.reason}", where, symbol=target)
+        if _takes_anything(sig_now) or _takes_anything(sig_then):
+            return self.finding(tp, Status.OK, f"{how} {replacement.patcher} replaces {target}, whose signature "
+                                f"{sig_now.render()} does not say what vLLM passes (not compared)", where,
+                                symbol=target)
+        refused_now, refused_then = refusals(mine, sig_now, False), refusals(mine, sig_then, False)
+        new = [r for r in refused_now if r not in refused_then]
+        evidence = Evidence(written_for=f"{target}{sig_then.render()}", audited=f"{target}{sig_now.render()}",
+                            written_for_build=ctx.written_for.build.version,
+                            extra=(("consumer", f"{replacement.patcher}{mine.render()}"),))
+        if new:
             return self.finding(
-                tp, Status.BROKEN, f"{how} {replacement.patcher}{mine.render()} cannot take the arguments vLLM's "
-                f"{target}{sig_now.render()} requires: " + "; ".join(refused), where,
+                tp, Status.BROKEN, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); "
+                f"{how} {replacement.patcher}{mine.render()} refuses what vLLM's callers may now pass: "
+                + "; ".join(new), where, evidence,
                 fix=f"give {replacement.patcher} the parameters of {target}{sig_now.render()}", symbol=target)
-        return self.finding(tp, Status.OK, f"{how} {replacement.patcher} takes the arguments {target}"
-                            f"{sig_now.render()} requires", where, symbol=target)
+        return self.finding(tp, Status.OK, f"{how} {replacement.patcher} takes what vLLM's callers pass to "
+                            f"{target}{sig_now.render()}", where, evidence, symbol=target)
 
     @staticmethod
     def _member(surface: Surface | None, owner_path: str, name: str):

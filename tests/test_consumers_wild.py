@@ -364,6 +364,64 @@ def test_a_version_helper_in_another_module_is_run_for_the_build(tmp_path, build
     assert "could not run: it returns from inside a loop" in unrun.message, unrun.message
 
 
+@pytest.mark.slow
+def test_patches_are_checked_against_what_they_replace_on_arctic(arctic_020, build):
+    """arctic-inference 0.2.0 patches GPUModelRunner and parallel_state for vLLM 0.18.0; vLLM 0.26.0 passes new
+    arguments to three of the methods it replaces, and arctic-inference 0.3.0 (written for 0.26.0) takes them."""
+    later = _audit(arctic_020, build, "0.26.0", written_for="0.18.0")
+    broken = {f.symbol.rsplit(".", 1)[-1]: f for f in later.findings
+              if f.check == "patch" and f.status.value == "broken"}
+    assert {"initialize_kv_cache", "_capture_cudagraphs", "graph_capture"} <= set(broken), sorted(broken)
+    assert "is_profiling" in broken["initialize_kv_cache"].message
+    assert "graph_capture_context" in broken["graph_capture"].message
+    pinned = _audit(arctic_020, build, "0.18.0", written_for="0.18.0")
+    patches = [f for f in pinned.findings if f.check == "patch"]
+    assert len(patches) > 50 and not [f for f in patches if f.status.value == "broken"]
+    fixed = _audit(scan_tree(sources.tree_from_release("arctic-inference", "0.3.0")), build, "0.26.0",
+                   written_for="0.18.0")
+    still = {f.symbol.rsplit(".", 1)[-1] for f in fixed.findings if f.check == "patch" and f.status.value == "broken"}
+    assert not still & {"initialize_kv_cache", "_capture_cudagraphs", "graph_capture"}, still
+
+
+def test_what_a_patch_replaces_must_exist_and_take_vllms_arguments(tmp_path, build):
+    scan = _scan(tmp_path, {"patch.py": """
+        from vllm.attention.backends.abstract import AttentionBackend
+        from vllm.platforms.interface import Platform
+
+        class MyBackend(AttentionBackend):
+            @staticmethod
+            def get_metadata_cls():
+                return None
+
+            def my_own_helper(self):
+                return 1
+
+        class MyPlatform(Platform):
+            @classmethod
+            def get_attn_backend_cls(cls, selected_backend, head_size, dtype, kv_cache_dtype, block_size, use_v1,
+                                     use_mla, has_sink, use_sparse):
+                return ""
+
+        def my_supported_dtypes(self):
+            return []
+
+        Platform.supported_dtypes = my_supported_dtypes
+        """})
+    kinds = {tp.symbol.rsplit(".", 1)[-1]: tp.replacement.how for tp in scan.touchpoints if tp.kind.value == "patch"}
+    assert kinds == {"get_metadata_cls": "subclass", "my_own_helper": "subclass",
+                     "get_attn_backend_cls": "subclass", "supported_dtypes": "replace"}
+    pinned = _audit(scan, build, "0.11.0", written_for="0.11.0")
+    assert {f.status.value for f in pinned.findings if f.check == "patch"} == {"ok"}
+    later = _audit(scan, build, "0.13.0", written_for="0.11.0")
+    by_name = {f.symbol.rsplit(".", 1)[-1]: f for f in later.findings if f.check == "patch"}
+    assert "my_own_helper" not in by_name  # the consumer's own addition is not a touchpoint of vLLM's
+    assert by_name["get_metadata_cls"].status.value == "broken"
+    assert "gone from this build" in by_name["get_metadata_cls"].message
+    assert by_name["get_attn_backend_cls"].status.value == "broken"
+    assert "attn_selector_config" in by_name["get_attn_backend_cls"].message
+    assert by_name["supported_dtypes"].status.value == "ok"
+
+
 def test_replacements_and_branches_of_a_version_check(tmp_path, build):
     scan = _scan(tmp_path, {"patch.py": """
         import vllm.v1.core.sched.utils as sched_utils
