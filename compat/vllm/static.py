@@ -338,22 +338,47 @@ class StaticSurface:
             stmt = defined.node
             if isinstance(stmt, ast.AnnAssign):
                 return self.annotation_class(defined.module, stmt.annotation)
-            return self._value_class(defined.module, getattr(stmt, "value", None), defined.method)
+            return self._value_class(defined.module, getattr(stmt, "value", None), defined.method, defined.owner)
         if found.kind == "class":
             return found
         return Unresolved(f"the type of {found.path} is not declared", outside=found.kind == "external")
 
-    def _value_class(self, info: ModuleInfo, value: ast.expr | None, method: ast.AST | None) -> Lookup:
+    def _value_class(self, info: ModuleInfo, value: ast.expr | None, method: ast.AST | None,
+                     owner: ClassModel | None = None, depth: int = 0) -> Lookup:
+        """The class of a value assigned to an attribute (``self.x = <value>`` in ``method`` of ``owner``, or at
+        module level), followed through parameters, ``self``, attribute chains, calls and the method's locals."""
+        if depth > _MAX_VALUE_DEPTH:
+            return Unresolved("the attribute's value is too far to follow")
+        function = method if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
         if isinstance(value, ast.Call):
-            callee = self.resolve_expr(info, value.func)
+            callee = self._value_class(info, value.func, method, owner, depth + 1) if function is not None and \
+                _reaches_local(value.func, function) else self.resolve_expr(info, value.func)
             if isinstance(callee, Found):
                 return self.result_type(callee) if callee.kind != "external" else Unresolved(
                     f"built by {callee.path}, outside the build", outside=True)
             return callee
-        if isinstance(value, ast.Name) and isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for arg in method.args.posonlyargs + method.args.args + method.args.kwonlyargs:
-                if arg.arg == value.id and arg.annotation is not None:
-                    return self.annotation_class(info, arg.annotation)
+        if isinstance(value, ast.Name) and function is not None:
+            params = function.args.posonlyargs + function.args.args + function.args.kwonlyargs
+            if params and value.id == params[0].arg and owner is not None and not _is_static(function):
+                return owner.found  # self
+            for arg in params:
+                if arg.arg == value.id:
+                    return self.annotation_class(info, arg.annotation) if arg.annotation is not None else \
+                        Unresolved(f"parameter {arg.arg} has no annotation")
+            assigned = _single_assignment(function, value.id)
+            if assigned is not None:
+                return self._value_class(info, assigned, method, owner, depth + 1)
+            return self.resolve_expr(info, value)
+        if isinstance(value, ast.Attribute) and function is not None and _reaches_local(value, function):
+            base = self._value_class(info, value.value, method, owner, depth + 1)
+            if not isinstance(base, Found):
+                return base
+            found = self.attribute_type(base, value.attr) if base.kind == "class" else self.member(base, value.attr)
+            if isinstance(found, Missing):
+                # vLLM's own code reads it, so the object is more than the declared class says (an interface).
+                return Unresolved(f"the attribute's value is read through {base.path}, which declares no "
+                                  f"'{value.attr}' (the class at run time has it)")
+            return found
         return Unresolved("the attribute's type is not declared")
 
     def annotation_class(self, info: ModuleInfo, annotation: ast.expr) -> Lookup:
@@ -577,3 +602,37 @@ def _own_statements(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterato
         yield node
         stack.extend(child for child in ast.iter_child_nodes(node)
                      if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)))
+
+
+_MAX_VALUE_DEPTH = 6
+
+
+def _is_static(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in function.decorator_list)
+
+
+def _root_name(expr: ast.expr) -> str | None:
+    while isinstance(expr, (ast.Attribute, ast.Call, ast.Subscript)):
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _reaches_local(expr: ast.expr, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """The chain starts at a name of the function (a parameter, ``self``, a local), not a module-level one."""
+    root = _root_name(expr)
+    if root is None:
+        return False
+    args = function.args
+    if any(a.arg == root for a in args.posonlyargs + args.args + args.kwonlyargs):
+        return True
+    return _single_assignment(function, root) is not None
+
+
+def _single_assignment(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> ast.expr | None:
+    """The value of a local the function assigns exactly once (``config = vllm_config.model_config``)."""
+    values = [node.value for node in _own_statements(function) if isinstance(node, ast.Assign)
+              and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name]
+    annotated = [node for node in _own_statements(function) if isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For,
+                 ast.With, ast.NamedExpr)) and name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and
+                                                         isinstance(n.ctx, ast.Store)}]
+    return values[0] if len(values) == 1 and not annotated else None
