@@ -56,6 +56,8 @@ class ExpressionReader:
         """Active checks for attributes: (receiver source or None for any, attribute, how it is checked)."""
         self.narrowed_refs: dict[Ref, str] = {}
         """Objects reached through an attribute the consumer checked with ``hasattr``: checked wherever they flow."""
+        self.type_names: dict[str, Sym] = {}
+        """vLLM names imported under ``if TYPE_CHECKING:``: not there at run time, but what annotations mean."""
         self.class_bases: dict[str, str] = {}
         """Consumer class -> the vLLM class it extends or patches (see ``SelfOf.base``)."""
         self.conditions = ConditionReader(target, index, lambda node: self.eval(node, record=False))
@@ -385,6 +387,8 @@ class ExpressionReader:
             if head == "Optional":
                 annotation = annotation.slice
         value = self.eval(annotation, record=False)
+        if not isinstance(value, Sym) and isinstance(annotation, ast.Name):
+            value = self.type_names.get(annotation.id)
         if isinstance(value, Sym):
             return Obj(Ref.of_symbol(value.path).called())
         return None

@@ -144,10 +144,20 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
                         other is not before.get(name)):
                     names[name] = Either(((other, expr, text), (value, Not(expr), f"not ({text})")), self.loc(node))
         elif is_type_checking(node.test):
+            self.note_type_imports(node.body)
             self.visit_block(node.orelse)
         else:
             self.visit_narrowed(node.test, node.body)
             self.visit_block(node.orelse)
+
+    def note_type_imports(self, body: list[ast.stmt]) -> None:
+        """``if TYPE_CHECKING: from vllm.config import VllmConfig``: annotations naming it mean vLLM's class."""
+        for stmt in body:
+            if isinstance(stmt, ast.ImportFrom):
+                module = self._absolute(stmt)
+                if module is not None and self.is_target(module):
+                    for alias in stmt.names:
+                        self.type_names[alias.asname or alias.name] = Sym(f"{module}.{alias.name}")
 
     def visit_narrowed(self, test: ast.expr, body: list[ast.stmt]) -> None:
         """``body`` under ``test``'s narrowing: ``hasattr(x, "a")`` (the consumer checks before it uses ``x.a``)
