@@ -160,6 +160,9 @@ class ProbeContext:
                 if isinstance(module, Found) and module.kind == "module":
                     typed = surface.attribute_type(module, found.path.rpartition(".")[2])
                     return typed if isinstance(typed, Found) or getattr(typed, "outside", False) else found
+            if isinstance(found, Missing) and ref.typing:
+                return Unresolved(f"{ref.symbol} is named only for type checking (an import under TYPE_CHECKING) "
+                                  f"and is not in this build: {found.reason}")
             return found
         if ref.kind == "worker":
             return self.lookup(self.worker_class, surface)

@@ -422,6 +422,35 @@ def test_what_a_patch_replaces_must_exist_and_take_vllms_arguments(tmp_path, bui
     assert by_name["supported_dtypes"].status.value == "ok"
 
 
+def test_names_imported_for_type_checking_give_annotations_their_class(tmp_path, build):
+    """vllm-ascend's pattern: `if TYPE_CHECKING: from vllm.config import VllmConfig` / `else: VllmConfig = None`.
+    The annotation means vLLM's class (a store on it is the consumer's own, a missing member is found); a name
+    that import no longer finds breaks nothing at run time (unknown, not broken)."""
+    scan = _scan(tmp_path, {"platform.py": """
+        from typing import TYPE_CHECKING
+
+        if TYPE_CHECKING:
+            from vllm.config import VllmConfig
+            from vllm.utils import NoLongerHere
+        else:
+            VllmConfig = None
+            NoLongerHere = None
+
+        def update(vllm_config: VllmConfig, parser: NoLongerHere) -> None:
+            vllm_config.scheduler_config.my_limit = 4
+            print(vllm_config.scheduler_config.my_limit, vllm_config.no_such_config)
+            parser.add_argument("--x")
+        """})
+    result = _audit(scan, build, "0.11.0")
+    statuses = {(f.consumer_location, f.symbol.rsplit(".", 1)[-1]): f.status.value
+                for f in result.findings if f.check == "attribute"}
+    assert statuses[("platform.py:12", "my_limit")] == "ok"
+    assert statuses[("platform.py:13", "my_limit")] == "ok"
+    assert statuses[("platform.py:13", "no_such_config")] == "broken"
+    (parser,) = [f for f in result.findings if f.consumer_location == "platform.py:14" and f.check == "attribute"]
+    assert parser.status.value == "unknown" and "only for type checking" in parser.message, parser.message
+
+
 def test_replacements_and_branches_of_a_version_check(tmp_path, build):
     scan = _scan(tmp_path, {"patch.py": """
         import vllm.v1.core.sched.utils as sched_utils

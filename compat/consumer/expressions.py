@@ -387,8 +387,8 @@ class ExpressionReader:
             if head == "Optional":
                 annotation = annotation.slice
         value = self.eval(annotation, record=False)
-        if not isinstance(value, Sym) and isinstance(annotation, ast.Name):
-            value = self.type_names.get(annotation.id)
+        if not isinstance(value, Sym) and isinstance(annotation, ast.Name) and annotation.id in self.type_names:
+            return Obj(Ref("symbol", symbol=self.type_names[annotation.id].path, typing=True).called())
         if isinstance(value, Sym):
             return Obj(Ref.of_symbol(value.path).called())
         return None

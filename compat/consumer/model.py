@@ -31,6 +31,8 @@ class Ref:
     symbol: str | None = None
     base: Ref | None = None
     name: str | None = None
+    typing: bool = False
+    """``symbol`` comes from an import under ``if TYPE_CHECKING:``: stale there, it breaks nothing at run time."""
 
     @staticmethod
     def of_symbol(path: str) -> Ref:
