@@ -451,6 +451,22 @@ def test_names_imported_for_type_checking_give_annotations_their_class(tmp_path,
     assert parser.status.value == "unknown" and "only for type checking" in parser.message, parser.message
 
 
+def test_a_wheels_data_directory_is_read_where_it_installs(tmp_path, monkeypatch):
+    """openrlhf's wheel keeps its package under openrlhf-0.11.2.data/purelib/: installed, that is the package."""
+    import zipfile
+
+    monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
+    wheel = tmp_path / "pkg-1.0-cp310-cp310-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("pkg-1.0.data/purelib/pkg/__init__.py", "")
+        zf.writestr("pkg-1.0.data/purelib/pkg/ext.py", "import vllm\n\n\nclass Ext:\n    pass\n")
+        zf.writestr("pkg-1.0.dist-info/METADATA", "Name: pkg\nVersion: 1.0\n")
+    tree = sources.tree_from_archive(wheel, "test wheel")
+    assert (tree.root / "pkg" / "ext.py").is_file()
+    scan = scan_tree(tree)
+    assert [c.qualname for c in scan.classes] == ["pkg.ext.Ext"]
+
+
 def test_replacements_and_branches_of_a_version_check(tmp_path, build):
     scan = _scan(tmp_path, {"patch.py": """
         import vllm.v1.core.sched.utils as sched_utils

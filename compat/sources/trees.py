@@ -52,6 +52,14 @@ def _safe_member(name: str) -> PurePosixPath | None:
     return path
 
 
+def installed_path(path: PurePosixPath) -> PurePosixPath:
+    """Where a wheel member lands when installed: ``name.data/purelib/pkg/x.py`` (and ``platlib``) is ``pkg/x.py``."""
+    parts = path.parts
+    if len(parts) > 2 and parts[0].endswith(".data") and parts[1] in ("purelib", "platlib"):
+        return PurePosixPath(*parts[2:])
+    return path
+
+
 def _keep(path: PurePosixPath) -> bool:
     return path.suffix == ".py" or path.name in ("METADATA", "PKG-INFO")
 
@@ -68,7 +76,7 @@ def extract_sources(archive: Path, dest: Path) -> None:
                     for info in zf.infolist():
                         path = _safe_member(info.filename)
                         if path and not info.is_dir() and _keep(path):
-                            target = tmp.joinpath(*path.parts)
+                            target = tmp.joinpath(*installed_path(path).parts)
                             target.parent.mkdir(parents=True, exist_ok=True)
                             target.write_bytes(zf.read(info))
             except (zipfile.BadZipFile, OSError, EOFError) as exc:
@@ -93,6 +101,12 @@ def extract_sources(archive: Path, dest: Path) -> None:
         tmp.rename(dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _old_wheel_layout(dest: Path) -> bool:
+    """An extraction made before wheel data directories were installed in place (``name.data/purelib/``)."""
+    return any(p.name.endswith(".data") and (p / "purelib").is_dir() or (p / "platlib").is_dir()
+               for p in dest.glob("*.data"))
 
 
 def _sdist_top(dest: Path) -> Path:
@@ -134,7 +148,7 @@ def tree_from_archive(archive: Path, origin: str, package: str | None = None) ->
         raise CompatError(f"{archive}: no such file")
     key = f"{archive.name}-{archive.stat().st_size}"
     dest = cache_dir() / "src" / key
-    if not (dest / ".complete").exists():
+    if not (dest / ".complete").exists() or _old_wheel_layout(dest):
         extract_sources(archive, dest)
         (dest / ".complete").touch()
     top = _sdist_top(dest)
@@ -185,7 +199,7 @@ def _cached_release(project: str, version: str) -> SourceTree | None:
     except (OSError, ValueError):
         return None
     root = Path(manifest["root"])
-    if not root.is_dir():
+    if not root.is_dir() or _old_wheel_layout(root):
         return None
     return SourceTree(root, project, version, manifest["origin"], tuple(manifest["requires"]))
 

@@ -1,0 +1,134 @@
+"""The version matrix: one consumer's touchpoints (rows) against many vLLM builds (columns).
+
+A cell is what the audit of that build says about that touchpoint. Columns are in build order (releases by
+version, then the builds named without one in the order given); for each row the matrix says the first
+build where it broke and the last one before it where it was fine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from compat import __version__
+from compat.findings import Finding
+
+SCHEMA = "compat.matrix/1"
+BAD = ("broken", "changed")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One build: ``label`` names it in the matrix, ``spec`` is what opens it (a version, a path)."""
+
+    label: str
+    spec: str
+    version: str | None = None
+    origin: str = ""
+    error: str | None = None
+    """Why the build could not be fetched or read: the whole column is ``error``."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    status: str
+    message: str
+    vllm_location: str | None = None
+    fix: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def of(finding: Finding) -> Cell:
+        return Cell(finding.status.value, finding.message, finding.vllm_location, finding.fix,
+                    finding.evidence.as_dict())
+
+
+@dataclass
+class Row:
+    probe: str
+    touchpoint: str
+    location: str | None
+    code: str | None = None
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.probe}|{self.touchpoint}|{self.location}"
+
+    def first_bad(self, columns: list[Column]) -> tuple[str | None, str | None]:
+        """(first build where this touchpoint is broken or changed, last build before it where it was ok)."""
+        last_ok = None
+        for column in columns:
+            cell = self.cells.get(column.label)
+            if cell is None:
+                continue
+            if cell.status in BAD:
+                return column.label, last_ok
+            if cell.status == "ok":
+                last_ok = column.label
+        return None, last_ok
+
+    def worst(self) -> str:
+        order = ("error", "broken", "changed", "unknown", "ok")
+        present = {c.status for c in self.cells.values()}
+        return next((s for s in order if s in present), "ok")
+
+
+@dataclass
+class Matrix:
+    consumer: str
+    consumer_version: str | None
+    columns: list[Column]
+    rows: list[Row]
+    notes: list[str] = field(default_factory=list)
+
+    def interesting(self) -> list[Row]:
+        """Rows that are not ok in every build."""
+        return [r for r in self.rows if r.worst() != "ok"]
+
+    def as_json(self) -> dict[str, Any]:
+        columns = [c for c in self.columns]
+        return {
+            "schema": SCHEMA,
+            "generated_by": f"compat {__version__}",
+            "consumer": {"name": self.consumer, "version": self.consumer_version},
+            "builds": [{"label": c.label, "spec": c.spec, "version": c.version, "origin": c.origin,
+                        "error": c.error} for c in columns],
+            "notes": list(self.notes),
+            "rows": [{"probe": r.probe, "touchpoint": r.touchpoint, "location": r.location, "code": r.code,
+                      "first_bad": r.first_bad(columns)[0], "last_good": r.first_bad(columns)[1],
+                      "cells": {label: {"status": c.status, "message": c.message, "vllm_location": c.vllm_location,
+                                        "fix": c.fix, "evidence": c.evidence} for label, c in r.cells.items()}}
+                     for r in self.rows],
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Matrix:
+        columns = [Column(b["label"], b["spec"], b.get("version"), b.get("origin", ""), b.get("error"))
+                   for b in data["builds"]]
+        rows = [Row(r["probe"], r["touchpoint"], r["location"], r.get("code"),
+                    {label: Cell(c["status"], c["message"], c.get("vllm_location"), c.get("fix"),
+                                 c.get("evidence") or {}) for label, c in r["cells"].items()})
+                for r in data["rows"]]
+        return Matrix(data["consumer"]["name"], data["consumer"].get("version"), columns, rows,
+                      list(data.get("notes", [])))
+
+
+def regressions(previous: Matrix, current: Matrix) -> list[str]:
+    """Touchpoints that break in a build where the previous run had them fine: the same build, or (for a build
+    the previous run did not have, such as a new nightly) its newest build."""
+    before = {r.key: r for r in previous.rows}
+    newest = next((c.label for c in reversed(previous.columns) if c.error is None), None)
+    found = []
+    for row in current.rows:
+        old = before.get(row.key)
+        if old is None:
+            continue
+        for label, cell in row.cells.items():
+            if cell.status not in BAD:
+                continue
+            was = old.cells.get(label) or (old.cells.get(newest) if newest else None)
+            if was is not None and was.status == "ok":
+                found.append(f"{row.probe} {row.touchpoint} ({row.location}) breaks in {label}, fine in the previous "
+                             f"run: {cell.message}")
+    return found
