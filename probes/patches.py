@@ -10,7 +10,10 @@ own and is not checked here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from compat.consumer.model import Kind, TouchPoint
+from compat.facts.abstract import ABSTRACT_METHODS
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, ParamKind, Signature
@@ -40,6 +43,25 @@ def refusals(replacement: Signature, sig: Signature, required_only: bool) -> lis
             if problem.message not in found:
                 found.append(problem.message)
     return found
+
+
+def _completed_below(ctx: ProbeContext, qualname: str, missing: set[str]) -> bool:
+    """A consumer class deriving from ``qualname`` defines the missing methods: ``qualname`` is an intermediate
+    base the consumer completes, not the class it builds."""
+    children: dict[str, list] = {}
+    for cls in ctx.scan.classes:
+        for base in cls.bases:
+            children.setdefault(base, []).append(cls)
+    stack, seen = list(children.get(qualname, [])), set()
+    while stack:
+        cls = stack.pop()
+        if cls.qualname in seen:
+            continue
+        seen.add(cls.qualname)
+        if missing <= set(cls.methods):
+            return True
+        stack.extend(children.get(cls.qualname, []))
+    return False
 
 
 def _takes_anything(sig: Signature) -> bool:
@@ -111,6 +133,36 @@ class PatchProbe(Probe):
                 fix=f"give {replacement.patcher} the parameters of {target}{sig_now.render()}", symbol=target)
         return self.finding(tp, Status.OK, f"{how} {replacement.patcher} takes what vLLM's callers pass to "
                             f"{target}{sig_now.render()}", where, evidence, symbol=target)
+
+    def run(self, ctx: ProbeContext) -> Iterable[Finding]:
+        """A consumer subclass of a vLLM ``ABC`` that does not define an abstract method the build added since
+        the build it was written for cannot be instantiated (``TypeError: Can't instantiate abstract class``)."""
+        if ctx.written_for is None:
+            return []
+        findings = []
+        for patch in ctx.scan.class_patches:
+            if patch.kind != "subclass":
+                continue
+            base = ctx.lookup(patch.target)
+            then_base = ctx.lookup(patch.target, ctx.written_for)
+            if not isinstance(base, Found) or not isinstance(then_base, Found) or base.kind != "class":
+                continue
+            now = set(ctx.fact(ABSTRACT_METHODS, base.path).methods) - set(patch.names)
+            then = set(ctx.fact(ABSTRACT_METHODS, then_base.path, surface=ctx.written_for).methods) - set(patch.names)
+            new = sorted(now - then)
+            if new and not _completed_below(ctx, patch.patcher, set(new)):
+                listed = ", ".join(new)
+                findings.append(Finding(
+                    self.name, Status.BROKEN, f"{base.path}:abstract", str(patch.location), str(base.location or "")
+                    or None, f"{patch.patcher} cannot be instantiated in this build: {base.path} now declares "
+                    f"abstract method(s) {listed}, which {patch.patcher} does not define (TypeError: Can't "
+                    "instantiate abstract class)",
+                    Evidence(written_for=f"abstract methods left to subclasses: {sorted(then) or 'none'}",
+                             audited=f"abstract methods left to subclasses: {sorted(now)}",
+                             written_for_build=ctx.written_for.build.version),
+                    fix=f"define {listed} in {patch.patcher}", kind=Kind.PATCH.value,
+                    touchpoint=f"{patch.target}:abstract"))
+        return findings
 
     @staticmethod
     def _member(surface: Surface | None, owner_path: str, name: str):

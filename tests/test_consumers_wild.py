@@ -467,6 +467,50 @@ def test_a_wheels_data_directory_is_read_where_it_installs(tmp_path, monkeypatch
     assert [c.qualname for c in scan.classes] == ["pkg.ext.Ext"]
 
 
+@pytest.mark.slow
+def test_a_subclass_missing_a_new_abstract_method_cannot_be_built_on_vllm_ascend(build):
+    """vLLM 0.18.0 made OffloadingHandler.wait abstract; vllm-ascend 0.13.0's CpuNpuOffloadingHandler does not
+    define it, so building one raises TypeError there (vllm-ascend 0.18.0 added it)."""
+    scan = scan_tree(sources.tree_from_release("vllm-ascend", "0.13.0"))
+    later = _audit(scan, build, "0.18.0", written_for="0.13.0")
+    (found,) = [f for f in later.findings if f.symbol.endswith(":abstract")]
+    assert found.status.value == "broken" and found.consumer_location == "vllm_ascend/kv_offload/cpu_npu.py:46"
+    assert "abstract method(s) wait" in found.message
+    pinned = _audit(scan, build, "0.13.0", written_for="0.13.0")
+    assert not [f for f in pinned.findings if f.symbol.endswith(":abstract")]
+
+
+def test_a_subclass_of_an_abc_must_define_what_the_build_made_abstract(tmp_path, build):
+    scan = _scan(tmp_path, {"offload.py": """
+        from vllm.v1.kv_offload.worker.worker import OffloadingHandler
+
+        class Partial(OffloadingHandler):
+            def transfer_async(self, job_id, spec):
+                return True
+
+            def get_finished(self):
+                return []
+
+        class Complete(Partial):
+            def wait(self, job_ids):
+                pass
+
+        class Forgotten(OffloadingHandler):
+            def transfer_async(self, job_id, spec):
+                return True
+
+            def get_finished(self):
+                return []
+        """})
+    later = _audit(scan, build, "0.18.0", written_for="0.13.0")
+    # Partial is a base its subclass completes; Forgotten is built as it is.
+    (found,) = [f for f in later.findings if f.symbol.endswith(":abstract")]
+    assert found.consumer_location == "offload.py:15" and "Forgotten" in found.message, found.message
+    assert "wait" in found.message
+    assert not [f for f in _audit(scan, build, "0.13.0", written_for="0.13.0").findings
+                if f.symbol.endswith(":abstract")]
+
+
 def test_replacements_and_branches_of_a_version_check(tmp_path, build):
     scan = _scan(tmp_path, {"patch.py": """
         import vllm.v1.core.sched.utils as sched_utils

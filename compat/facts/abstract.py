@@ -66,3 +66,40 @@ def _not_implemented(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 FACT = Fact("interface", _read)
+
+
+@dataclass(frozen=True)
+class AbstractMethods:
+    """The abstract methods a class of the build leaves unimplemented, when ``ABCMeta`` enforces them (a
+    subclass that does not define them cannot be instantiated: ``TypeError: Can't instantiate abstract
+    class``); empty for a class that is not an ``ABC``."""
+
+    path: str
+    methods: tuple[str, ...] = ()
+
+
+def _read_abstract(surface: StaticSurface, path: str) -> AbstractMethods:
+    found = surface.lookup(path)
+    model = surface.class_model(found) if getattr(found, "kind", None) == "class" else None
+    if model is None:
+        return AbstractMethods(path)
+    order, _ = surface.mro(model)
+    enforced = any(ast.unparse(b).rsplit(".", 1)[-1] == "ABC" for cls in order for b in cls.node.bases) or any(
+        k.arg == "metaclass" and ast.unparse(k.value).endswith("ABCMeta") for cls in order for k in cls.node.keywords)
+    if not enforced:
+        return AbstractMethods(path)
+    abstract: set[str] = set()
+    for cls in reversed(order):  # the most derived definition of a name decides, as in Python
+        for stmt in cls.node.body:
+            names = [stmt.name] if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
+                [t.id for t in getattr(stmt, "targets", [getattr(stmt, "target", None)]) if isinstance(t, ast.Name)]
+            for name in names:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                        ast.unparse(d).endswith("abstractmethod") for d in stmt.decorator_list):
+                    abstract.add(name)
+                else:
+                    abstract.discard(name)
+    return AbstractMethods(path, tuple(sorted(abstract)))
+
+
+ABSTRACT_METHODS = Fact("abstract-methods", _read_abstract)

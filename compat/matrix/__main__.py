@@ -1,0 +1,3 @@
+from compat.matrix.cli import run
+
+run()
