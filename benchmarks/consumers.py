@@ -58,6 +58,14 @@ def audit(name: str, release: str, pinned: str, later: tuple[str, ...]) -> list[
     return rows
 
 
+def _about_vllm(finding: dict) -> bool:
+    """The finding names a vLLM object: a dotted vLLM path, vLLM's worker, a model of the build, or a worker
+    method asked for by name (an RPC)."""
+    symbol = finding["symbol"] or ""
+    return symbol.startswith(("vllm", "<vLLM")) or finding["probe"] in ("rpc", "model", "startup") or \
+        ":" in symbol
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", help="consumers whose name contains this")
@@ -77,6 +85,11 @@ def main() -> int:
     pinned = [r for r in rows if r["pinned"]]
     print(f"\nat the pinned builds: {sum(r['broken'] for r in pinned)} broken, "
           f"{sum(r['unknown'] for r in pinned)} unknown over {len(pinned)} audits")
+    outside = [(row, f) for row in pinned for f in row["findings"] if f["status"] == "unknown"
+               and not _about_vllm(f)]
+    print(f"unknown findings at the pinned builds not about a vLLM name: {len(outside)}")
+    for row, f in outside:
+        print(f"  {row['consumer']} @ {row['vllm']}: {f['probe']} {f['consumer_location']} {f['message'][:200]}")
     if args.list_broken:
         for row in pinned:
             for f in row["findings"]:

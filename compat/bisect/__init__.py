@@ -1,0 +1,1 @@
+"""``python -m compat.bisect``: see ``compat.matrix.bisect``."""

@@ -1,0 +1,3 @@
+from compat.matrix.bisect import run
+
+run()

@@ -1,0 +1,198 @@
+"""``python -m compat.bisect``: the first build where one touchpoint breaks, between a good and a bad one.
+
+Between two releases, the releases in between are audited by bisection. Given a vLLM git checkout
+(``--repo``), the commits between two commits are read one at a time with ``git archive`` (never built) and
+bisected the same way; the first bad commit is printed with its subject and the diff hunk of the audited
+symbol. Exit codes: 0 found, 1 the good build is not good or the bad one not bad, 2 the bisection could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
+from compat.cache import cache_dir
+from compat.cli import guarded
+from compat.consumer.model import Scan
+from compat.errors import CompatError
+from compat.findings import Finding
+from compat.sources import index
+from compat.vllm.builds import open_build
+
+BAD = ("broken", "changed")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One build tried: its name, the touchpoint's finding there (None: the touchpoint is not there)."""
+
+    build: str
+    finding: Finding | None
+
+    @property
+    def bad(self) -> bool:
+        return self.finding is not None and self.finding.status.value in BAD
+
+
+def matches(finding: Finding, wanted: str) -> bool:
+    """``wanted`` names a touchpoint: ``probe|touchpoint|location`` as the matrix keys it, or a part of that."""
+    key = f"{finding.check}|{finding.touchpoint or finding.symbol}|{finding.consumer_location}"
+    return wanted == key or wanted in key
+
+
+def bisect(builds: list[str], judge: Callable[[str], Probe]) -> tuple[Probe, Probe, list[Probe]]:
+    """The first bad build of ``builds`` (oldest first; the first is good, the last bad) by bisection: (last good,
+    first bad, every build tried)."""
+    tried: list[Probe] = []
+
+    def ask(i: int) -> Probe:
+        probe = judge(builds[i])
+        tried.append(probe)
+        return probe
+
+    good, bad = ask(0), ask(len(builds) - 1)
+    if good.bad:
+        raise Verdict(f"{builds[0]} is not good for this touchpoint: {good.finding.message}")  # type: ignore[union-attr]
+    if not bad.bad:
+        state = bad.finding.status.value if bad.finding else "not there"
+        raise Verdict(f"{builds[-1]} is not bad for this touchpoint ({state})")
+    lo, hi = 0, len(builds) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        probe = ask(mid)
+        if probe.bad:
+            hi, bad = mid, probe
+        else:
+            lo, good = mid, probe
+    return good, bad, tried
+
+
+class Verdict(CompatError):
+    """The endpoints do not bracket a breakage."""
+
+    exit_code = 1
+
+
+class Judge:
+    """Audits the consumer against one build and picks the touchpoint's finding."""
+
+    def __init__(self, scan: Scan, options: AuditOptions, touchpoint: str, opener: Callable[[str], str]) -> None:
+        self.scan, self.options, self.touchpoint, self.opener = scan, options, touchpoint, opener
+
+    def __call__(self, build: str) -> Probe:
+        result = Auditor(self.options).run(self.scan, open_build(self.opener(build), self.options.target))
+        found = [f for f in result.findings if matches(f, self.touchpoint)]
+        bad = [f for f in found if f.status.value in BAD]
+        return Probe(build, (bad or found or [None])[0])
+
+
+# ---- git ---------------------------------------------------------------------------------------
+def _git(repo: Path, *args: str, binary: bool = False):
+    try:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True, timeout=600,
+                              text=not binary)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", None) or exc
+        if isinstance(detail, bytes):
+            detail = detail.decode(errors="replace")
+        raise CompatError(f"git {' '.join(args[:2])} in {repo} failed: {str(detail).strip()}") from exc
+    return done.stdout
+
+
+def commits_between(repo: Path, good: str, bad: str) -> list[str]:
+    """``good``, then every commit after it up to ``bad`` along the ancestry path, oldest first."""
+    first = _git(repo, "rev-parse", "--verify", f"{good}^{{commit}}").strip()
+    path = _git(repo, "rev-list", "--reverse", "--ancestry-path", f"{first}..{bad}").split()
+    if not path:
+        raise CompatError(f"{bad} does not come after {good} in {repo}")
+    return [first] + path
+
+
+def checkout_of(repo: Path, commit: str) -> str:
+    """The files of ``commit`` (``git archive``, nothing built), once, in the cache."""
+    dest = cache_dir() / "commits" / commit
+    if not (dest / ".complete").exists():
+        data = _git(repo, "archive", "--format=tar", commit, binary=True)
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(dest, filter="data")
+        (dest / ".complete").touch()
+    return str(dest)
+
+
+def hunk(repo: Path, good: str, bad: str, finding: Finding) -> str:
+    """The diff hunk between two commits that touches the audited symbol (its file, its name)."""
+    where = (finding.vllm_location or "").rpartition(":")[0]
+    name = (finding.touchpoint or finding.symbol).replace("(...)", "").rsplit(".", 1)[-1].split(":")[0]
+    paths = [where] if where else []
+    if not paths:
+        stem = (finding.touchpoint or finding.symbol).split(":")[0].rsplit(".", 1)[0]
+        paths = [stem.replace(".", "/") + ".py", stem.replace(".", "/") + "/__init__.py"]
+    diff = _git(repo, "diff", good, bad, "--", *paths) if paths else ""
+    hunks = re.split(r"(?m)^(?=@@)", diff)
+    head, body = hunks[0], hunks[1:]
+    chosen = [h for h in body if name and name in h] or body[:1]
+    return (head + "".join(chosen)).strip() if chosen else f"(no change in {', '.join(paths) or 'the files'})"
+
+
+# ---- command line --------------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m compat.bisect", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--consumer", default=DEFAULT_CONSUMER)
+    p.add_argument("--touchpoint", required=True,
+                   help="the touchpoint: probe|touchpoint|location as the matrix JSON keys it, or part of it")
+    p.add_argument("--good", required=True, help="a release (or, with --repo, a commit) where it is fine")
+    p.add_argument("--bad", required=True, help="a release (or, with --repo, a commit) where it is broken")
+    p.add_argument("--repo", type=Path, help="a vLLM git checkout: bisect its commits instead of releases")
+    p.add_argument("--debug", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return guarded("compat.bisect", args.debug, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    options = AuditOptions(consumer=args.consumer, confirm="never")
+    scan = Auditor(options).scan_consumer()
+    if args.repo:
+        repo = args.repo.resolve()
+        builds = commits_between(repo, args.good, args.bad)
+        judge = Judge(scan, options, args.touchpoint, lambda commit: checkout_of(repo, commit))
+    else:
+        good, bad = index.resolve(options.target, args.good), index.resolve(options.target, args.bad)
+        builds = [str(v) for v in index.releases(options.target) if good <= v <= bad]
+        judge = Judge(scan, options, args.touchpoint, lambda version: version)
+    if len(builds) < 2:
+        raise CompatError(f"nothing to bisect between {args.good} and {args.bad}")
+    try:
+        good_probe, bad_probe, tried = bisect(builds, judge)
+    except Verdict as exc:
+        print(f"compat.bisect: {exc}", file=sys.stderr)
+        return exc.exit_code
+    finding = bad_probe.finding
+    assert finding is not None
+    print(f"first bad: {bad_probe.build}" + (f" (last good: {good_probe.build})"))
+    if args.repo:
+        subject = _git(args.repo, "log", "-1", "--format=%s", bad_probe.build).strip()
+        print(f"commit {bad_probe.build} {subject}")
+    print(f"touchpoint: {finding.check} {finding.touchpoint or finding.symbol} at {finding.consumer_location}")
+    print(f"{finding.status.value}: {finding.message}")
+    print(f"builds audited: {len(tried)} of {len(builds)}")
+    if args.repo:
+        print(hunk(args.repo, good_probe.build, bad_probe.build, finding))
+    return 0
+
+
+def run() -> None:
+    sys.exit(main())
