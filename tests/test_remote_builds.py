@@ -4,14 +4,10 @@ ignores ranges), found through a PEP 503 index by unearth, and one commit of a g
 
 from __future__ import annotations
 
-import http.server
 import os
-import re
 import shutil
 import subprocess
-import threading
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -20,57 +16,11 @@ from compat.audit.pipeline import AuditOptions
 from compat.consumer.scan import scan_tree
 from compat.matrix.run import Request, run
 from compat.sources import remote
+from tests.loopback import serve
 
 VERSION = "0.12.0"
 NIGHTLY = "0.12.1.dev7+g0123abc"
 BLOB_MB = 96
-
-
-class _Handler(http.server.SimpleHTTPRequestHandler):
-    ranges = True
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def send_head(self):  # type: ignore[override]
-        match = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range", ""))
-        path = Path(self.translate_path(self.path))
-        if not self.ranges or match is None or not path.is_file():
-            return super().send_head()
-        size = path.stat().st_size
-        start, end = match.groups()
-        if start == "":
-            first, last = max(0, size - int(end)), size - 1
-        else:
-            first, last = int(start), min(size - 1, int(end) if end else size - 1)
-        handle = path.open("rb")
-        handle.seek(first)
-        self.send_response(206)
-        self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
-        self.send_header("Content-Length", str(last - first + 1))
-        self.end_headers()
-        return _Limited(handle, last - first + 1)
-
-
-class _Limited:
-    def __init__(self, handle, left: int) -> None:
-        self.handle, self.left = handle, left
-
-    def read(self, n: int = -1) -> bytes:
-        n = self.left if n < 0 else min(n, self.left)
-        data = self.handle.read(n)
-        self.left -= len(data)
-        return data
-
-    def close(self) -> None:
-        self.handle.close()
-
-
-def _serve(root: Path, ranges: bool):
-    handler = type("H", (_Handler,), {"ranges": ranges})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **k: handler(*a, directory=str(root), **k))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
 @pytest.fixture(scope="module")
@@ -83,16 +33,17 @@ def served(tmp_path_factory):
     wheel = root / "wheels" / name
     wheel.parent.mkdir()
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted((release / "vllm").rglob("*.py")):
+        files = sorted((release / "vllm").rglob("*.py"))
+        for i, path in enumerate(files):
             zf.write(path, path.relative_to(release).as_posix())
-        for i in range(4):  # the compiled kernels: incompressible, between the Python files in the archive
-            zf.writestr(zipfile.ZipInfo(f"vllm/_C{i}.abi3.so"), os.urandom(BLOB_MB // 4 * 2**20))
+            if i % (len(files) // 4) == 0:  # compiled kernels, incompressible, between the Python files
+                zf.writestr(zipfile.ZipInfo(f"vllm/_C{i}.abi3.so"), os.urandom(BLOB_MB // 5 * 2**20))
         zf.writestr(f"vllm-{NIGHTLY}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {NIGHTLY}\n")
     simple = root / "simple" / "vllm"
     simple.mkdir(parents=True)
     (simple / "index.html").write_text(f'<html><body><a href="../../wheels/{name}">{name}</a></body></html>')
-    with_ranges, url = _serve(root, True)
-    without, plain = _serve(root, False)
+    with_ranges, url = serve(root, True)
+    without, plain = serve(root, False)
     yield {"wheel": wheel, "url": f"{url}/wheels/{name}", "plain": f"{plain}/wheels/{name}", "index": f"{url}/simple"}
     with_ranges.shutdown()
     without.shutdown()

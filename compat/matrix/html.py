@@ -92,10 +92,15 @@ def page(matrix: Matrix) -> str:
     for r, row in enumerate(data["rows"]):
         if row["probe"] != probe:
             probe = row["probe"]
-            parts.append(f"<tr class='row' data-bad=1><td class=probe colspan={len(builds) + 2}>{e(probe)}</td></tr>")
+            group_bad = any(c["status"] != "ok" for other in data["rows"] if other["probe"] == probe
+                            for c in other["cells"].values())
+            parts.append(f"<tr class=row data-bad={int(group_bad)}><td class=probe colspan={len(builds) + 2}>"
+                         f"{e(probe)}</td></tr>")
         bad = any(c["status"] != "ok" for c in row["cells"].values())
-        parts.append(f"<tr class=row data-bad={int(bad)}><td class=name title=\"{e(row['code'] or '', quote=True)}\">"
-                     f"{e(row['touchpoint'])} <small>{e(row['location'] or '')}</small></td>")
+        label = row["touchpoint"].rpartition("@")[2]  # a model check: the architecture and what is checked
+        tip = f"{row['touchpoint']}\n{row['code'] or ''}"
+        parts.append(f"<tr class=row data-bad={int(bad)}><td class=name title=\"{e(tip, quote=True)}\">"
+                     f"{e(label)} <small>{e(row['location'] or '')}</small></td>")
         for b, build in enumerate(builds):
             cell = row["cells"].get(build["label"])
             status = cell["status"] if cell else "none"
