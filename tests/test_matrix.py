@@ -204,3 +204,39 @@ def test_unparsable_baseline_and_bad_specs_are_one_line_errors(tmp_path, capsys)
     assert matrix_main(["--baseline", str(tmp_path / "b.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a matrix JSON file" in err
+
+
+def _cited_files(row: Row, *labels: str) -> set[str]:
+    """The vLLM files a row's findings point at (``vllm/...py:line``), and the module its touchpoint names."""
+    files = {row.cells[label].vllm_location.rpartition(":")[0] for label in labels
+             if row.cells.get(label) is not None and row.cells[label].vllm_location}
+    dotted = row.touchpoint.split("(")[0].split(":")[0]
+    if dotted.startswith("vllm."):
+        parts = dotted.split(".")
+        for end in range(len(parts), 1, -1):
+            files |= {"/".join(parts[:end]) + ".py", "/".join(parts[:end]) + "/__init__.py"}
+    return files
+
+
+@pytest.mark.slow
+def test_every_first_bad_build_of_the_full_matrix_is_where_the_cited_code_changed(speculators):
+    """For each touchpoint of the matrix over every release from 0.11.0, the vLLM code its findings cite differs
+    between the last good and the first bad release (read here, byte for byte, from both releases)."""
+    full = run(speculators, Request([">=0.11"]), AuditOptions(confirm="never"), show_progress=False)
+    assert full.columns[0].label == "0.11.0" and len(full.columns) >= 30
+    checked = 0
+    for row in full.rows:
+        bad, good = row.first_bad(full.columns)
+        if bad is None or good is None:
+            continue
+        roots = {label: sources.tree_from_release("vllm", label).root for label in (good, bad)}
+        files = _cited_files(row, good, bad)
+
+        def read(label: str, relpath: str) -> bytes | None:
+            path = roots[label] / relpath
+            return path.read_bytes() if path.is_file() else None
+
+        changed = [f for f in files if read(good, f) != read(bad, f)]
+        assert changed, (row.key, good, bad, sorted(files))
+        checked += 1
+    assert checked >= 15, checked
