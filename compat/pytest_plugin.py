@@ -34,9 +34,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     specs = config.getoption("--vllm-compat")
     if not specs:
         return
-    from compat.audit.pipeline import Auditor, AuditOptions  # consumer side only: vLLM is not read here
-    from compat.matrix.builds import columns_for
-    from compat.matrix.run import Request
+    from compat.audit.pipeline import AuditOptions, Auditor  # consumer side only: vLLM is not read here
+    from compat.matrix.builds import Request, columns_for
 
     consumer = config.getoption("--vllm-compat-consumer") or str(config.rootpath)
     scan = Auditor(AuditOptions(consumer=str(Path(consumer).resolve()), confirm="never")).scan_consumer()
@@ -66,7 +65,7 @@ class BuildItem(pytest.Item):
     def _result(self):
         key = (self.build, "result")
         if key not in _RESULTS:
-            from compat.audit.pipeline import Auditor, AuditOptions
+            from compat.audit.pipeline import AuditOptions, Auditor
             from compat.vllm.builds import open_build
 
             error = _RESULTS.get((self.build, "error"))

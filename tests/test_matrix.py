@@ -206,6 +206,10 @@ def test_unparsable_baseline_and_bad_specs_are_one_line_errors(tmp_path, capsys)
     assert err.count("\n") == 1 and "not a matrix JSON file" in err
 
 
+def _read(path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
 def _cited_files(row: Row, *labels: str) -> set[str]:
     """The vLLM files a row's findings point at (``vllm/...py:line``), and the module its touchpoint names."""
     files = {row.cells[label].vllm_location.rpartition(":")[0] for label in labels
@@ -232,11 +236,7 @@ def test_every_first_bad_build_of_the_full_matrix_is_where_the_cited_code_change
         roots = {label: sources.tree_from_release("vllm", label).root for label in (good, bad)}
         files = _cited_files(row, good, bad)
 
-        def read(label: str, relpath: str) -> bytes | None:
-            path = roots[label] / relpath
-            return path.read_bytes() if path.is_file() else None
-
-        changed = [f for f in files if read(good, f) != read(bad, f)]
+        changed = [f for f in files if _read(roots[good] / f) != _read(roots[bad] / f)]
         assert changed, (row.key, good, bad, sorted(files))
         checked += 1
     assert checked >= 15, checked

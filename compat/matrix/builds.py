@@ -14,8 +14,8 @@ read by ``compat.sources.index``, whose cached listing keeps a warm matrix off t
 from __future__ import annotations
 
 import urllib.parse
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -25,8 +25,16 @@ from compat.errors import CompatError, UnknownVersion
 from compat.matrix.model import Column
 from compat.sources import index, remote
 
-if TYPE_CHECKING:
-    from compat.matrix.run import Request
+
+@dataclass
+class Request:
+    """What to audit against: the ``--vllm`` values, and where releases are found."""
+
+    specs: list[str]
+    index_urls: list[str] = field(default_factory=list)
+    find_links: list[str] = field(default_factory=list)
+    pre: bool = False
+    target: str = "vllm"
 
 
 def is_release_spec(spec: str) -> bool:

@@ -8,29 +8,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
 from compat.audit.pipeline import AuditOptions, Auditor
 from compat.consumer.model import Scan
 from compat.errors import CompatError
+from compat.matrix import builds
+from compat.matrix.builds import Request
 from compat.matrix.model import Cell, Column, Matrix, Row
 from compat.sources import index
 from compat.vllm.builds import OpenedBuild, open_build
 
 FETCH_WORKERS = 8
-
-
-@dataclass
-class Request:
-    """What to audit against: the ``--vllm`` values, and where releases are found."""
-
-    specs: list[str]
-    index_urls: list[str] = field(default_factory=list)
-    find_links: list[str] = field(default_factory=list)
-    pre: bool = False
-    target: str = "vllm"
 
 
 def _version_of(text: str | None) -> Version | None:
@@ -42,8 +32,6 @@ def _version_of(text: str | None) -> Version | None:
 
 def expand(request: Request) -> list[Column]:
     """One column per build the specs name, releases in version order first, then the rest in the order given."""
-    from compat.matrix import builds
-
     releases: dict[str, Column] = {}
     others: list[Column] = []
     for spec in request.specs:
@@ -62,8 +50,6 @@ def expand(request: Request) -> list[Column]:
 def fetch(columns: list[Column], request: Request, progress: Callable[[str], None] | None = None,
           workers: int = FETCH_WORKERS) -> list[tuple[Column, OpenedBuild | None]]:
     """Open every build, downloading in parallel; a failure is kept as the column's error."""
-    from compat.matrix import builds
-
     def one(column: Column) -> tuple[Column, OpenedBuild | None]:
         if column.error:
             return column, None
