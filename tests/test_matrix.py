@@ -240,3 +240,26 @@ def test_every_first_bad_build_of_the_full_matrix_is_where_the_cited_code_change
         assert changed, (row.key, good, bad, sorted(files))
         checked += 1
     assert checked >= 15, checked
+
+
+@pytest.mark.slow
+def test_bisect_agrees_with_the_matrix_on_every_breakage(speculators):
+    """Each touchpoint that breaks after a good release (the seed's breakages among them): bisection between
+    0.11.0 and the newest release names the same first bad release as the matrix's linear reading."""
+    full = run(speculators, Request([">=0.11"]), AuditOptions(confirm="never"), show_progress=False)
+    versions = [c.label for c in full.columns]
+    checked = 0
+    for row in full.rows:
+        bad, good = row.first_bad(full.columns)
+        if bad is None or good is None or row.cells.get(versions[-1]) is None:
+            continue
+        if any(row.cells.get(v) is None or row.cells[v].status not in ("broken", "changed")
+               for v in versions[versions.index(bad):]):
+            continue  # fixed again later: bisection between the ends cannot name one transition
+        # from 0.11.0 when it is fine there; else (unknown there) from the last good release
+        start = 0 if row.cells[versions[0]].status == "ok" else versions.index(good)
+        judge = bisection.Judge(speculators, AuditOptions(confirm="never"), row.key, lambda v: v)
+        found_good, found_bad, _ = bisection.bisect(versions[start:], judge)
+        assert (found_bad.build, found_good.build) == (bad, good), row.key
+        checked += 1
+    assert checked >= 10, checked
