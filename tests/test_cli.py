@@ -185,3 +185,16 @@ def test_list_probes_names_every_probe():
     proc = run_cli("--list-probes")
     assert proc.returncode == 0
     assert {line.split()[0] for line in proc.stdout.splitlines()} >= {"import", "call", "attribute", "rpc"}
+
+
+def test_written_files_get_the_permissions_open_gives(tmp_path):
+    """Atomic writes go through mkstemp (0600); the file they leave is as the user's umask makes any file."""
+    import os
+
+    from compat.cache import atomic_write_text
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    path = tmp_path / "report.md"
+    atomic_write_text(path, "x")
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
