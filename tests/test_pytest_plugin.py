@@ -45,8 +45,9 @@ def test_collection_reads_no_vllm(project):
             assert not [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")], "vllm imported"
             print("COLLECTED", len(session.items))
         """))
-    result = project.runpytest("--vllm-compat=0.12.0",
-                               "--vllm-compat-consumer=mypkg", "--collect-only", "-s")
+    # in a fresh process: this test session itself may have imported vLLM already
+    result = project.runpytest_subprocess("--vllm-compat=0.12.0", "--vllm-compat-consumer=mypkg",
+                                          "--collect-only", "-s")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*vllm-compat[[]0.12.0[]]::mypkg/engine.py:5 vllm.v1.request.Request*"])
 
