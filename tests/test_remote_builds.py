@@ -107,3 +107,13 @@ def test_one_commit_of_a_git_repository(tmp_path, cache):
     missing = run(scan, Request([f"git+{repo.as_uri()}@no-such-ref"]), AuditOptions(confirm="never"),
                   show_progress=False)
     assert "cannot read" in (missing.columns[0].error or "")
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_release_with_only_compiled_wheels_is_read_with_range_requests(cache):
+    """vLLM 0.15.0 has no sdist, only wheels of about 460 MB: its Python files are all that is fetched."""
+    tree = sources.tree_from_release("vllm", "0.15.0")
+    assert "range requests" in tree.origin and (tree.root / "vllm" / "v1" / "request.py").is_file()
+    cached = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
+    assert cached < 100 * 2**20, cached

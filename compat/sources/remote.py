@@ -27,7 +27,6 @@ from pathlib import Path, PurePosixPath
 
 from compat.cache import atomic_write_bytes, atomic_write_text, cache_dir
 from compat.errors import BadArchive, CompatError, IndexUnreachable
-from compat.sources.trees import installed_path
 
 TIMEOUT_S = 120.0
 _GAP = 256 * 1024
@@ -154,6 +153,14 @@ class RangeFile(io.RawIOBase):
         data = self.read(len(buffer))
         buffer[:len(data)] = data
         return len(data)
+
+
+def installed_path(path: PurePosixPath) -> PurePosixPath:
+    """Where a wheel member lands when installed: ``name.data/purelib/pkg/x.py`` (and ``platlib``) is ``pkg/x.py``."""
+    parts = path.parts
+    if len(parts) > 2 and parts[0].endswith(".data") and parts[1] in ("purelib", "platlib"):
+        return PurePosixPath(*parts[2:])
+    return path
 
 
 def _wanted(name: str) -> bool:

@@ -19,7 +19,8 @@ from packaging.utils import canonicalize_name
 
 from compat.cache import atomic_write_text, cache_dir
 from compat.errors import BadArchive, CompatError
-from compat.sources import index
+from compat.sources import index, remote
+from compat.sources.remote import installed_path
 
 ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".tgz", ".tar", ".zip")
 
@@ -49,14 +50,6 @@ def _safe_member(name: str) -> PurePosixPath | None:
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts:
         return None
-    return path
-
-
-def installed_path(path: PurePosixPath) -> PurePosixPath:
-    """Where a wheel member lands when installed: ``name.data/purelib/pkg/x.py`` (and ``platlib``) is ``pkg/x.py``."""
-    parts = path.parts
-    if len(parts) > 2 and parts[0].endswith(".data") and parts[1] in ("purelib", "platlib"):
-        return PurePosixPath(*parts[2:])
     return path
 
 
@@ -178,10 +171,15 @@ def tree_from_release(project: str, request: str) -> SourceTree:
     if cached is not None:
         return cached
     chosen = index.choose_file(project, version)
-    path = index.download(chosen)
     kind = "sdist" if chosen.is_sdist else "wheel"
     origin = f"release {project}=={version} from the package index ({kind} {chosen.filename}), read statically"
-    tree = tree_from_archive(path, origin, canonicalize_name(project).replace("-", "_"))
+    package = canonicalize_name(project).replace("-", "_")
+    if not chosen.is_sdist and not chosen.pure_python:
+        # A release with compiled wheels only (vLLM 0.15.x: 460 MB each): fetch just its Python files.
+        origin = origin.replace("read statically", "its Python files read with range requests")
+        tree = tree_from_path(remote.wheel_sources(chosen.url), package)
+    else:
+        tree = tree_from_archive(index.download(chosen), origin, package)
     tree = SourceTree(tree.root, project, str(version), origin, tree.requires)
     manifest = {"root": str(tree.root), "origin": origin, "requires": list(tree.requires)}
     atomic_write_text(_manifest_path(project, str(version)), json.dumps(manifest))
