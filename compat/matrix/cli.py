@@ -66,10 +66,7 @@ def _matrix(args: argparse.Namespace) -> int:
     options = AuditOptions(consumer=args.consumer, confirm="never", all_files=args.all_files)
     scan = Auditor(options).scan_consumer()
     request = Request(args.vllm or [DEFAULT_BUILDS], args.index_url, args.find_links, args.pre)
-    import compat.matrix.run as runner
-
-    runner.FETCH_WORKERS = max(1, args.jobs)
-    matrix = run_matrix(scan, request, options)
+    matrix = run_matrix(scan, request, options, workers=max(1, args.jobs))
     color = args.color == "always" or (args.color == "auto" and args.output is None and sys.stdout.isatty())
     text = printable(render(matrix, args.format, color=color and args.format == "terminal",
                             all_rows=args.all_rows))

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from compat.audit.pipeline import AuditOptions, Auditor
 from compat.consumer.model import Scan
@@ -17,17 +17,10 @@ from compat.errors import CompatError
 from compat.matrix import builds
 from compat.matrix.builds import Request
 from compat.matrix.model import Cell, Column, Matrix, Row
-from compat.sources import index
 from compat.vllm.builds import OpenedBuild, open_build
 
 FETCH_WORKERS = 8
 
-
-def _version_of(text: str | None) -> Version | None:
-    try:
-        return Version(text) if text else None
-    except InvalidVersion:
-        return None
 
 
 def expand(request: Request) -> list[Column]:
@@ -37,13 +30,13 @@ def expand(request: Request) -> list[Column]:
     for spec in request.specs:
         try:
             for column in builds.columns_for(spec, request):
-                if column.version and _version_of(column.version) and builds.is_release_spec(column.spec):
+                if builds.is_release_spec(column.spec):
                     releases.setdefault(column.label, column)
                 else:
                     others.append(column)
         except CompatError as exc:
             others.append(Column(spec, spec, error=str(exc)))
-    ordered = sorted(releases.values(), key=lambda c: _version_of(c.version) or Version("0"))
+    ordered = sorted(releases.values(), key=lambda c: Version(c.spec))
     return ordered + others
 
 
@@ -105,7 +98,8 @@ def audit_all(scan: Scan, opened: Iterable[tuple[Column, OpenedBuild | None]], o
     return Matrix(scan.name, scan.version, columns, ordered, notes)
 
 
-def run(scan: Scan, request: Request, options: AuditOptions, show_progress: bool = True) -> Matrix:
+def run(scan: Scan, request: Request, options: AuditOptions, show_progress: bool = True,
+        workers: int = FETCH_WORKERS) -> Matrix:
     columns = expand(request)
     if not columns:
         raise CompatError(f"no vLLM build matches {', '.join(request.specs)}")
@@ -114,11 +108,7 @@ def run(scan: Scan, request: Request, options: AuditOptions, show_progress: bool
 
         with Progress(transient=True) as bar:
             fetching = bar.add_task("fetching builds", total=len(columns))
-            opened = fetch(columns, request, lambda _: bar.advance(fetching))
+            opened = fetch(columns, request, lambda _: bar.advance(fetching), workers)
             auditing = bar.add_task("auditing", total=len(columns))
             return audit_all(scan, opened, options, lambda _: bar.advance(auditing))
-    return audit_all(scan, fetch(columns, request), options)
-
-
-def releases_in(request_text: str, target: str = "vllm") -> list[str]:
-    return [str(v) for v in index.resolve_range(target, request_text)]
+    return audit_all(scan, fetch(columns, request, workers=workers), options)
