@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-_RESULTS: dict[tuple[str, str], Any] = {}
+_RESULTS = pytest.StashKey[dict]()
+"""Per session (on its config): each build's audit result, and why a build named could not be used."""
 FAILING = ("broken", "changed", "error")
 
 
@@ -40,6 +41,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     consumer = config.getoption("--vllm-compat-consumer") or str(config.rootpath)
     scan = Auditor(AuditOptions(consumer=str(Path(consumer).resolve()), confirm="never")).scan_consumer()
     request = Request(list(specs))
+    results = config.stash.setdefault(_RESULTS, {})
     places: dict[tuple[str, str], None] = {}
     for tp in scan.touchpoints:
         places.setdefault((str(tp.location), tp.symbol), None)
@@ -48,7 +50,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             builds = [c.spec for c in columns_for(spec, request)]
         except Exception as exc:  # noqa: BLE001 - an unusable spec is a failing test, not a crashed session
             builds = [spec]
-            _RESULTS[(spec, "error")] = f"{type(exc).__name__}: {exc}"
+            results[(spec, "error")] = f"{type(exc).__name__}: {exc}"
         for build in builds:
             items.append(BuildItem.from_parent(session, name=f"vllm-compat[{build}]::build", build=build,
                                                scan=scan, place=None))
@@ -64,15 +66,16 @@ class BuildItem(pytest.Item):
 
     def _result(self):
         key = (self.build, "result")
-        if key not in _RESULTS:
+        results = self.config.stash[_RESULTS]
+        if key not in results:
             from compat.audit.pipeline import AuditOptions, Auditor
             from compat.vllm.builds import open_build
 
-            error = _RESULTS.get((self.build, "error"))
+            error = results.get((self.build, "error"))
             if error:
                 raise CompatFailure(f"vLLM build {self.build} cannot be used: {error}")
-            _RESULTS[key] = Auditor(AuditOptions(confirm="never")).run(self.scan, open_build(self.build))
-        return _RESULTS[key]
+            results[key] = Auditor(AuditOptions(confirm="never")).run(self.scan, open_build(self.build))
+        return results[key]
 
     def runtest(self) -> None:
         result = self._result()

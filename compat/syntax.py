@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from compat.signature import CallShape, Parameter, ParamKind, Signature
@@ -93,3 +94,13 @@ def _param(arg: ast.arg, kind: ParamKind, default: ast.expr | None) -> Parameter
     annotation = annotation_text(arg.annotation) if arg.annotation is not None else None
     return Parameter(arg.arg, kind, default is not None, ast.unparse(default) if default is not None else None,
                      annotation)
+
+
+def walk_shallow(node: ast.AST) -> Iterator[ast.AST]:
+    """Like ast.walk, without descending into nested functions or classes."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        current = stack.pop()
+        yield current
+        if not isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(current))

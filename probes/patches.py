@@ -22,23 +22,21 @@ from compat.vllm.surface import Found, Missing, Surface
 _HOW = {"patch": "the patch", "subclass": "the override", "replace": "the replacement"}
 
 
-def calls_vllm_makes(sig: Signature, required_only: bool) -> list[CallShape]:
+def calls_vllm_makes(sig: Signature) -> list[CallShape]:
     """The calls vLLM's own callers may make of a callable with signature ``sig``: its required arguments
-    (positional ones positionally), and, unless ``required_only``, each optional one by keyword as well."""
+    (positional ones positionally), alone and with each optional one by keyword."""
     positional = sum(1 for p in sig.parameters if p.required and p.kind in (
         ParamKind.POSITIONAL_ONLY, ParamKind.POSITIONAL_OR_KEYWORD))
     keywords = tuple(p.name for p in sig.parameters if p.required and p.kind == ParamKind.KEYWORD_ONLY)
-    calls = [CallShape(positional, keywords)]
-    if not required_only:
-        calls += [CallShape(positional, keywords + (p.name,)) for p in sig.parameters
-                  if not p.required and p.kind in (ParamKind.POSITIONAL_OR_KEYWORD, ParamKind.KEYWORD_ONLY)]
-    return calls
+    return [CallShape(positional, keywords)] + [
+        CallShape(positional, keywords + (p.name,)) for p in sig.parameters
+        if not p.required and p.kind in (ParamKind.POSITIONAL_OR_KEYWORD, ParamKind.KEYWORD_ONLY)]
 
 
-def refusals(replacement: Signature, sig: Signature, required_only: bool) -> list[str]:
+def refusals(replacement: Signature, sig: Signature) -> list[str]:
     """How the consumer's ``replacement`` fails calls vLLM makes of ``sig`` (empty: it takes them all)."""
     found: list[str] = []
-    for call in calls_vllm_makes(sig, required_only):
+    for call in calls_vllm_makes(sig):
         for problem in replacement.bind(call, "it"):
             if problem.message not in found:
                 found.append(problem.message)
@@ -120,7 +118,7 @@ class PatchProbe(Probe):
             return self.finding(tp, Status.OK, f"{how} {replacement.patcher} replaces {target}, whose signature "
                                 f"{sig_now.render()} does not say what vLLM passes (not compared)", where,
                                 symbol=target)
-        refused_now, refused_then = refusals(mine, sig_now, False), refusals(mine, sig_then, False)
+        refused_now, refused_then = refusals(mine, sig_now), refusals(mine, sig_then)
         new = [r for r in refused_now if r not in refused_then]
         evidence = Evidence(written_for=f"{target}{sig_then.render()}", audited=f"{target}{sig_now.render()}",
                             written_for_build=ctx.written_for.build.version,

@@ -84,14 +84,16 @@ def test_every_format_of_a_real_matrix(matrix, tmp_path):
     assert [s.get("name") for s in suites] == [f"vllm {v}" for v in RELEASES]
     assert int(suites[-1].get("failures")) == sum(1 for r in matrix.rows if r.cells.get("0.17.0") and
                                                   r.cells["0.17.0"].status in ("broken", "changed"))
+    request_row = _row(matrix, "call", "vllm.v1.request.Request", f"{GENERATOR}:234")
+    bad, good = request_row.first_bad(matrix.columns)
     markdown = render(matrix, "markdown")
-    assert "| call | `vllm.v1.request.Request` |" in markdown and "| 0.17.0 | 0.12.0 |" in markdown
+    assert f"| call | `vllm.v1.request.Request` | {GENERATOR}:234 | {bad} | {good} |" in markdown
     page = render(matrix, "html")
     assert all(f">{v}</th>" in page for v in RELEASES) and "http" not in page.split("<body>")[1].split("<script")[0]
     payload = page.split("id=matrix-data>")[1].split("</script>")[0]
     assert len(json.loads(payload)["rows"]) == len(matrix.rows)
     terminal = render(matrix, "terminal")
-    assert "first bad" in terminal and "0.17.0 (0.12.0)" in terminal
+    assert "first bad" in terminal and f"{bad} ({good})" in terminal
 
 
 @pytest.mark.slow

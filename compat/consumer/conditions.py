@@ -48,12 +48,7 @@ class ConditionReader:
         self._module_values: dict[tuple[str, str], Any] = {}
 
     def read(self, node: ast.expr, env: dict[str, Any] | None = None, depth: int = 0) -> GuardExpr:
-        value = self.value(node, env or {}, depth)
-        if isinstance(value, GuardExpr):
-            return value
-        if isinstance(value, Lit) and isinstance(value.value, bool):
-            return Const(value.value)
-        return Opaque(ast.unparse(node))
+        return truth(self.value(node, env or {}, depth), ast.unparse(node))
 
     def value(self, node: ast.expr, env: dict[str, Any], depth: int = 0) -> Any:
         if isinstance(node, ast.Constant):
@@ -77,6 +72,10 @@ class ConditionReader:
                     return inner
             found = self.resolve(node)
             return found if isinstance(found, (VersionValue, GuardExpr, Lit)) else None
+        return self._operation(node, env, depth)
+
+    def _operation(self, node: ast.expr, env: dict[str, Any], depth: int) -> Any:
+        """``and``/``or``/``not``, comparisons and calls, wherever they are read."""
         if isinstance(node, ast.BoolOp):
             items = tuple(self.read(v, env, depth) for v in node.values)
             return All(items) if isinstance(node.op, ast.And) else Any_(items)
@@ -112,21 +111,8 @@ class ConditionReader:
         if isinstance(node, ast.IfExp):
             body, orelse = self.value(node.body, env, depth), self.value(node.orelse, env, depth)
             return body if body == orelse else Unknown(f"`{ast.unparse(node)}` differs by its test")
-        if isinstance(node, (ast.BoolOp, ast.UnaryOp, ast.Compare, ast.Call)):
-            return self.value_of_operation(node, env, depth)
-        return Unknown(f"`{ast.unparse(node)}` is not understood")
-
-    def value_of_operation(self, node: ast.expr, env: dict[str, Any], depth: int) -> Any:
-        if isinstance(node, ast.BoolOp):
-            items = tuple(truth(self.value(v, env, depth), ast.unparse(v)) for v in node.values)
-            return All(items) if isinstance(node.op, ast.And) else Any_(items)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return Not(truth(self.value(node.operand, env, depth), ast.unparse(node.operand)))
-        if isinstance(node, ast.Compare):
-            return self._compare(node, env, depth)
-        if isinstance(node, ast.Call):
-            return self._call(node, env, depth)
-        return Unknown(f"`{ast.unparse(node)}` is not understood")
+        found = self._operation(node, env, depth)
+        return Unknown(f"`{ast.unparse(node)}` is not understood") if found is None else found
 
     def module_of(self, qualname: str) -> str:
         return self.index.function_modules.get(qualname, qualname.rpartition(".")[0])

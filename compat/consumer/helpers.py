@@ -17,7 +17,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from compat.consumer.guards import All, Any_, Const, GuardExpr, Not, Opaque, evaluate
+from compat.consumer.guards import All, Any_, Const, GuardExpr, Not, Opaque, evaluate, simplify
 from compat.consumer.values import Lit, VersionValue
 from compat.syntax import FunctionNode, absolute_module
 
@@ -92,10 +92,10 @@ def guard_of(returns: list[tuple[GuardExpr, Any]]) -> GuardExpr | None:
             if value.value:
                 parts.append(cond)
         elif isinstance(value, GuardExpr):
-            parts.append(_and(cond, value))
+            parts.append(simplify(All((cond, value))))
         else:
             return None
-    return _or(parts)
+    return simplify(Any_(tuple(parts)))
 
 
 def value_of(returns: list[tuple[GuardExpr, Any]]) -> Any:
@@ -105,31 +105,6 @@ def value_of(returns: list[tuple[GuardExpr, Any]]) -> Any:
         return values[0]
     test = guard_of(returns)
     return test if test is not None else Unknown("its returns differ by path")
-
-
-def _and(a: GuardExpr, b: GuardExpr) -> GuardExpr:
-    if a == Const(True):
-        return b
-    if b == Const(True):
-        return a
-    if Const(False) in (a, b):
-        return Const(False)
-    return All((a, b))
-
-
-def _or(parts: list[GuardExpr]) -> GuardExpr:
-    parts = [p for p in parts if p != Const(False)]
-    if not parts:
-        return Const(False)
-    if Const(True) in parts:
-        return Const(True)
-    return parts[0] if len(parts) == 1 else Any_(tuple(parts))
-
-
-def _not(a: GuardExpr) -> GuardExpr:
-    if isinstance(a, Const):
-        return Const(not a.value)
-    return Not(a)
 
 
 def fold(expr: GuardExpr) -> GuardExpr:
@@ -211,12 +186,12 @@ class HelperRun:
                         self.bind(target, value, env)
             elif isinstance(stmt, ast.If):
                 test = truth(self.value(stmt.test, env), ast.unparse(stmt.test))
-                taken, left = _and(cond, test), _and(cond, _not(test))
+                taken, left = simplify(All((cond, test))), simplify(All((cond, Not(test))))
                 found_a, env_a, end_a = self.block(stmt.body, dict(env), taken)
                 found_b, env_b, end_b = self.block(stmt.orelse, dict(env), left)
                 returns += found_a + found_b
                 if (end_a, end_b) != (taken, left):  # a branch returned on some path: the rest goes on narrowed
-                    cond = fold(_or([end_a, end_b]))
+                    cond = fold(simplify(Any_((end_a, end_b))))
                 env = merge(env_a, env_b)
             elif isinstance(stmt, ast.Try):
                 # The default run: the body does not raise (handlers are the fallback for broken installs).

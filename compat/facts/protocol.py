@@ -6,7 +6,8 @@ import ast
 from dataclasses import dataclass
 
 from compat.facts import Fact
-from compat.facts.reading import loc, method, string_of, walk_shallow
+from compat.facts.reading import loc, method, string_of
+from compat.syntax import walk_shallow
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import Found
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from compat.syntax import FunctionNode
@@ -72,11 +71,3 @@ def string_of(node: ast.AST) -> str | None:
     return None
 
 
-def walk_shallow(node: ast.AST) -> Iterator[ast.AST]:
-    """Like ast.walk, without descending into nested functions or classes."""
-    stack = list(ast.iter_child_nodes(node))
-    while stack:
-        current = stack.pop()
-        yield current
-        if not isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            stack.extend(ast.iter_child_nodes(current))

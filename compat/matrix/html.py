@@ -88,15 +88,14 @@ def page(matrix: Matrix) -> str:
         title = e(build["error"] or build["origin"] or build["spec"], quote=True)
         parts.append(f"<th class='build{' err' if build['error'] else ''}' title=\"{title}\">{e(build['label'])}</th>")
     parts.append("<th>first bad (last good)</th></tr></thead><tbody>")
+    bad_rows = [any(c["status"] != "ok" for c in row["cells"].values()) for row in data["rows"]]
+    bad_probes = {row["probe"] for row, bad in zip(data["rows"], bad_rows) if bad}
     probe = None
-    for r, row in enumerate(data["rows"]):
+    for r, (row, bad) in enumerate(zip(data["rows"], bad_rows)):
         if row["probe"] != probe:
             probe = row["probe"]
-            group_bad = any(c["status"] != "ok" for other in data["rows"] if other["probe"] == probe
-                            for c in other["cells"].values())
-            parts.append(f"<tr class=row data-bad={int(group_bad)}><td class=probe colspan={len(builds) + 2}>"
-                         f"{e(probe)}</td></tr>")
-        bad = any(c["status"] != "ok" for c in row["cells"].values())
+            parts.append(f"<tr class=row data-bad={int(probe in bad_probes)}><td class=probe "
+                         f"colspan={len(builds) + 2}>{e(probe)}</td></tr>")
         label = row["touchpoint"].rpartition("@")[2]  # a model check: the architecture and what is checked
         tip = f"{row['touchpoint']}\n{row['code'] or ''}"
         parts.append(f"<tr class=row data-bad={int(bad)}><td class=name title=\"{e(tip, quote=True)}\">"

@@ -87,7 +87,7 @@ class Matrix:
         return [r for r in self.rows if r.worst() != "ok"]
 
     def as_json(self) -> dict[str, Any]:
-        columns = [c for c in self.columns]
+        columns = self.columns
         return {
             "schema": SCHEMA,
             "generated_by": f"compat {__version__}",
@@ -95,12 +95,15 @@ class Matrix:
             "builds": [{"label": c.label, "spec": c.spec, "version": c.version, "origin": c.origin,
                         "error": c.error} for c in columns],
             "notes": list(self.notes),
-            "rows": [{"probe": r.probe, "touchpoint": r.touchpoint, "location": r.location, "code": r.code,
-                      "first_bad": r.first_bad(columns)[0], "last_good": r.first_bad(columns)[1],
-                      "cells": {label: {"status": c.status, "message": c.message, "vllm_location": c.vllm_location,
-                                        "fix": c.fix, "evidence": c.evidence} for label, c in r.cells.items()}}
-                     for r in self.rows],
+            "rows": [self._row_json(r) for r in self.rows],
         }
+
+    def _row_json(self, row: Row) -> dict[str, Any]:
+        first_bad, last_good = row.first_bad(self.columns)
+        return {"probe": row.probe, "touchpoint": row.touchpoint, "location": row.location, "code": row.code,
+                "first_bad": first_bad, "last_good": last_good,
+                "cells": {label: {"status": c.status, "message": c.message, "vllm_location": c.vllm_location,
+                                  "fix": c.fix, "evidence": c.evidence} for label, c in row.cells.items()}}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Matrix:

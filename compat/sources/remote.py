@@ -181,8 +181,7 @@ def wheel_sources(url: str, transfer: Transfer | None = None) -> Path:
         # A local header is 30 bytes, the name and an extra field the directory does not always repeat.
         handle.prefetch([(m.header_offset, m.header_offset + 30 + len(m.filename.encode()) + len(m.extra) + 1024
                           + m.compress_size) for m in members])
-        staging = Path(tempfile.mkdtemp(dir=dest.parent if dest.parent.exists() else _mkdir(dest.parent),
-                                        prefix=".stage-"))
+        staging = Path(tempfile.mkdtemp(dir=_mkdir(dest.parent), prefix=".stage-"))
         for member in members:
             target = staging.joinpath(*installed_path(PurePosixPath(member.filename)).parts)
             target.parent.mkdir(parents=True, exist_ok=True)

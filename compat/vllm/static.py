@@ -11,13 +11,12 @@ from __future__ import annotations
 import ast
 import builtins
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from compat.location import Location
 from compat.signature import Signature
-from compat.syntax import is_type_checking, module_name
+from compat.syntax import is_type_checking, module_name, walk_shallow
 from compat.vllm.callables import CallableReader
 from compat.vllm.definitions import ClassModel, Definition, definition
 from compat.vllm.modules import Binding, ModuleInfo, SourceIndex, target_names
@@ -575,7 +574,7 @@ def _returns_own_instance(function: ast.FunctionDef | ast.AsyncFunctionDef, kind
     first = params[0].arg
     made: dict[str, bool] = {}
     returned: list[ast.expr | None] = []
-    for node in _own_statements(function):
+    for node in walk_shallow(function):
         if isinstance(node, ast.Assign):
             built = isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and \
                 node.value.func.id == first and kind == "classmethod"
@@ -592,16 +591,6 @@ def _returns_own_instance(function: ast.FunctionDef | ast.AsyncFunctionDef, kind
             value.func.id == first
 
     return bool(returned) and all(own(value) for value in returned)
-
-
-def _own_statements(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
-    """The nodes of a function's body, without those of functions and classes nested in it."""
-    stack: list[ast.AST] = list(function.body)
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(child for child in ast.iter_child_nodes(node)
-                     if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)))
 
 
 _MAX_VALUE_DEPTH = 6
@@ -630,9 +619,9 @@ def _reaches_local(expr: ast.expr, function: ast.FunctionDef | ast.AsyncFunction
 
 def _single_assignment(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> ast.expr | None:
     """The value of a local the function assigns exactly once (``config = vllm_config.model_config``)."""
-    values = [node.value for node in _own_statements(function) if isinstance(node, ast.Assign)
+    values = [node.value for node in walk_shallow(function) if isinstance(node, ast.Assign)
               and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name]
-    annotated = [node for node in _own_statements(function) if isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For,
+    annotated = [node for node in walk_shallow(function) if isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For,
                  ast.With, ast.NamedExpr)) and name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and
                                                          isinstance(n.ctx, ast.Store)}]
     return values[0] if len(values) == 1 and not annotated else None
