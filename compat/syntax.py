@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from compat.signature import CallShape, Parameter, ParamKind, Signature
@@ -51,12 +51,27 @@ def absolute_module(module: str, is_package: bool, level: int, name: str | None)
     return ".".join(base + ([name] if name else []))
 
 
-def call_shape(node: ast.Call) -> CallShape:
-    """How a call passes its arguments: positional count, keyword names, ``*args``, ``**kwargs``."""
+def _opaque(_mapping: ast.expr) -> Sequence[str] | None:
+    return None
+
+
+def call_shape(node: ast.Call, spread: Callable[[ast.expr], Sequence[str] | None] = _opaque) -> CallShape:
+    """How a call passes its arguments: positional count, keyword names, ``*args``, ``**kwargs``.
+
+    ``spread`` gives the keys a ``**mapping`` argument passes when the caller can see every one of them (None when
+    it cannot): they bind like keywords written out, so a key a build no longer accepts is reported where it is
+    built; ``star_kwargs`` stays for a mapping that remains opaque, so a missing parameter is not claimed."""
+    keywords: list[str] = []
+    opaque = False
+    for keyword in node.keywords:
+        keys = [keyword.arg] if keyword.arg is not None else spread(keyword.value)
+        if keys is None:
+            opaque = True
+            continue
+        keywords += [key for key in keys if key not in keywords]
     return CallShape(positional=sum(1 for a in node.args if not isinstance(a, ast.Starred)),
-                     keywords=tuple(k.arg for k in node.keywords if k.arg is not None),
-                     star_args=any(isinstance(a, ast.Starred) for a in node.args),
-                     star_kwargs=any(k.arg is None for k in node.keywords))
+                     keywords=tuple(keywords), star_args=any(isinstance(a, ast.Starred) for a in node.args),
+                     star_kwargs=opaque)
 
 
 def called_name(node: ast.Call) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compat.consumer.model import Kind
+from compat.consumer.model import Kind, TouchPoint
 from compat.fix.context import FixContext, span
 from compat.fix.edits import RouteCall
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
@@ -19,18 +19,41 @@ def execute_model(executor, scheduler_output, *args, **kwargs):
 '''
 
 
+def _execute_model_call(ctx: FixContext, location: str) -> TouchPoint | None:
+    """The call of ``execute_model`` the scan saw at ``location`` (another attribute may be read on its line)."""
+    return next((tp for tp in ctx.scan.touchpoints if str(tp.location) == location and tp.kind == Kind.ATTRIBUTE
+                 and tp.attribute == "execute_model" and tp.call is not None), None)
+
+
+def _route(tp: TouchPoint, function: str) -> RouteCall | str:
+    """The edit that routes the call through the shim's ``function``, or why the call cannot be routed.
+
+    ``self.executor.execute_model(x)`` hands its receiver over as written; a call through a local name bound to
+    the method (``step = self.executor.execute_model``, ``step(x)``) names the receiver again at the call, which the
+    scan allows only when that gives the same object (``Alias.receiver``)."""
+    if tp.alias is None:
+        return RouteCall(tp.location.file, tp.location.line, tp.code, callee="execute_model", function=function,
+                         receiver=True)
+    if not tp.alias.receiver:
+        return (f"execute_model is called through the local name {tp.alias.name}, and the call cannot name its "
+                f"receiver again: {tp.alias.why}")
+    return RouteCall(tp.location.file, tp.location.line, tp.code, callee=tp.alias.name, function=function,
+                     extra_args=(tp.alias.receiver,))
+
+
 class TwoPhaseProtocol(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
         failing = ctx.failing("protocol")
         for location, pairs in ctx.by_location(failing).items():
-            tp = ctx.touchpoint(location, Kind.ATTRIBUTE.value)
+            tp = _execute_model_call(ctx, location)
             finding = pairs[0][1]
-            if tp is None or tp.attribute != "execute_model":
-                plan.unhandled.append(Unhandled(finding, "not a call of execute_model the scan knows"))
+            edit = _route(tp, f"{ctx.shim.alias}.execute_model") if tp is not None else \
+                "not a call of execute_model the scan knows"
+            if isinstance(edit, str):
+                plan.unhandled.append(Unhandled(finding, edit))
                 continue
-            plan.edits.append(RouteCall(tp.location.file, tp.location.line, tp.code, callee="execute_model",
-                                        function=f"{ctx.shim.alias}.execute_model", receiver=True))
+            plan.edits.append(edit)
             plan.claims.append(Claim("protocol", finding.symbol))
         if plan.edits:
             _, finding = failing[-1]

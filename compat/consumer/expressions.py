@@ -10,7 +10,8 @@ import ast
 
 from compat.consumer.conditions import ConditionReader
 from compat.consumer.index import ConsumerIndex, ConsumerModule, IndexedClass
-from compat.consumer.model import ClassPatch, Fallback, Guard, Kind, Ref, Replacement, ReplyUse, TouchPoint
+from compat.consumer.model import Alias, ClassPatch, Fallback, Guard, Kind, Ref, Replacement, ReplyUse, TouchPoint
+from compat.consumer.names import Spread, binds_anywhere, literal_spread
 from compat.consumer.record import ModuleRecord
 from compat.consumer.values import (
     ClassAttributes,
@@ -61,6 +62,8 @@ class ExpressionReader:
         self.class_bases: dict[str, str] = {}
         """Consumer class -> the vLLM class it extends or patches (see ``SelfOf.base``)."""
         self.conditions = ConditionReader(target, index, lambda node: self.eval(node, record=False))
+        self.dict_builtin = not binds_anywhere(source.tree, "dict")
+        """The module never binds ``dict``: ``dict(a=1)`` is the builtin's mapping (see ``spread``)."""
 
     # ---- bookkeeping -------------------------------------------------------------------
     def loc(self, node: ast.AST) -> Location:
@@ -80,13 +83,18 @@ class ExpressionReader:
     def bind(self, name: str, value: Value) -> None:
         self.scopes[-1].names[name] = value
 
-    def lookup(self, name: str) -> Value:
+    def scope_of(self, name: str) -> Scope | None:
+        """The scope whose binding of ``name`` the code here sees (a class body is not seen from its methods)."""
         for scope in reversed(self.scopes):
             if scope.kind == "class" and scope is not self.scopes[-1]:
                 continue
             if name in scope.names:
-                return scope.names[name]
+                return scope
         return None
+
+    def lookup(self, name: str) -> Value:
+        scope = self.scope_of(name)
+        return scope.names[name] if scope is not None else None
 
     def is_target(self, module: str) -> bool:
         return module == self.target or module.startswith(self.target + ".")
@@ -237,11 +245,11 @@ class ExpressionReader:
         return Ref("self", symbol=value.base) if value.base else None
 
     def attribute_touch(self, node: ast.expr, receiver: Ref, name: str, call: CallShape | None = None,
-                        store: bool = False) -> None:
+                        store: bool = False, alias: Alias | None = None) -> None:
         self.add(TouchPoint(Kind.ATTRIBUTE, f"{receiver.render()}.{name}", self.loc(node), self.code(node),
                             call=call, receiver=receiver, attribute=name, store=store,
                             guards=tuple(self.guards), context=self.context(),
-                            narrowed=self.narrowed_by(node, receiver, name)))
+                            narrowed=self.narrowed_by(node, receiver, name), alias=alias))
 
     def narrow(self, check: ast.expr) -> bool:
         """Start the narrowing ``check`` makes if it is ``hasattr(x, "a")``; the object ``x.a`` stays known as
@@ -274,9 +282,31 @@ class ExpressionReader:
                 return how
         return ""
 
+    def spread(self, node: ast.expr) -> Spread | None:
+        """What ``f(**node)`` passes when the scan sees every key: a mapping written out in the call, or a local
+        mapping of the enclosing function whose every change the scan follows (``compat.consumer.names``)."""
+        if isinstance(node, ast.Name):
+            local = next((scope.local for scope in reversed(self.scopes) if scope.local is not None), None)
+            return local.spreads.get(node) if local is not None else None
+        return literal_spread(node, self.dict_builtin)
+
+    def spread_keys(self, node: ast.expr) -> tuple[str, ...] | None:
+        spread = self.spread(node)
+        return spread.keys if spread is not None else None
+
+    def call_literals(self, node: ast.Call) -> tuple[tuple[str, str], ...]:
+        """The keywords a call passes as literals, written out or in a ``**mapping`` the scan sees."""
+        literals: list[tuple[str, str]] = []
+        for keyword in node.keywords:
+            if keyword.arg is not None and isinstance(keyword.value, ast.Constant):
+                literals.append((keyword.arg, ast.unparse(keyword.value)))
+            elif keyword.arg is None and (spread := self.spread(keyword.value)) is not None:
+                literals += spread.literals
+        return tuple(literals)
+
     def eval_call(self, node: ast.Call, record: bool) -> Value:
         func = node.func
-        shape = call_shape(node)
+        shape = call_shape(node, self.spread_keys)
         result: Value = None
         if isinstance(func, ast.Attribute):
             base = self.eval(func.value, record)
@@ -291,13 +321,7 @@ class ExpressionReader:
                         and not self.has_attribute(info.qualname, func.attr) and not self.is_defined(info, func.attr):
                     receiver = self.inherited(base)
             if receiver is not None:
-                if record:
-                    self.attribute_touch(func, receiver, func.attr, call=shape)
-                    if func.attr in RPC_METHODS:
-                        self.rpc_touch(node, receiver)
-                result = Obj(receiver.attr(func.attr).called())
-                if func.attr in RPC_METHODS:
-                    result = Reply(self.loc(node))
+                result = self.method_call(node, func, receiver, func.attr, shape, record)
             elif isinstance(base, Sym):
                 path = f"{base.path}.{func.attr}"
                 if record:
@@ -319,11 +343,15 @@ class ExpressionReader:
                 result = None
             elif isinstance(value, Sym):
                 if record:
-                    literals = tuple((k.arg, ast.unparse(k.value)) for k in node.keywords
-                                     if k.arg and isinstance(k.value, ast.Constant))
                     self.add(TouchPoint(Kind.CALL, value.path, self.loc(node), self.code(node), call=shape,
-                                        guards=tuple(self.guards), context=self.context(), literals=literals))
+                                        guards=tuple(self.guards), context=self.context(),
+                                        literals=self.call_literals(node)))
                 result = Obj(Ref.of_symbol(value.path).called())
+            elif isinstance(value, Obj) and isinstance(func, ast.Name) and value.ref.kind == "attribute" and \
+                    value.ref.base is not None and value.ref.name:
+                # `step = self.executor.execute_model` ... `step(out)`: the call of the attribute, made here.
+                result = self.method_call(node, func, value.ref.base, value.ref.name, shape, record,
+                                          self.alias(func.id, value.ref))
             elif isinstance(value, Obj):
                 result = Obj(value.ref.called())
             else:
@@ -337,6 +365,38 @@ class ExpressionReader:
         for kw in node.keywords:
             self.eval(kw.value, record)
         return result
+
+    def method_call(self, node: ast.Call, func: ast.expr, receiver: Ref, name: str, shape: CallShape, record: bool,
+                    alias: Alias | None = None) -> Value:
+        """A call of ``receiver.name``, an attribute of a vLLM object, written out or through the local name
+        ``alias`` bound to it: the same touchpoints either way, at the call."""
+        if record:
+            self.attribute_touch(func, receiver, name, call=shape, alias=alias)
+            if name in RPC_METHODS:
+                self.rpc_touch(node, receiver)
+        return Reply(self.loc(node)) if name in RPC_METHODS else Obj(receiver.attr(name).called())
+
+    def alias(self, name: str, ref: Ref) -> Alias:
+        """How a call of the local ``name``, bound to ``ref`` (an attribute of a vLLM object), can name the
+        receiver again: the function's own reading of the name (``compat.consumer.names``), when the name is the
+        calling function's and its receiver, evaluated here, is still ``ref``'s."""
+        scope = self.scope_of(name)
+        if scope is None or scope.local is None or scope.qualname != self.context():
+            return Alias(name, why=f"{name} is bound outside the function that calls it")
+        bound = scope.local.aliases.get(name)
+        if bound is None:
+            return Alias(name, why=f"{name} is not bound to an attribute written out in the function")
+        if bound.alias.receiver and (bound.node.attr != ref.name or self.receiver_of(
+                self.eval(bound.node.value, record=False)) != ref.base):
+            return Alias(name, why=f"{name} = {ast.unparse(bound.node)} stands for {ref.render()}, whose receiver "
+                                   f"the scan does not reach through {bound.alias.receiver}")
+        return bound.alias
+
+    def receiver_of(self, value: Value) -> Ref | None:
+        """The vLLM object whose attributes ``value``'s are (see ``eval_attribute``)."""
+        if isinstance(value, Obj):
+            return value.ref
+        return self.inherited(value) if isinstance(value, SelfOf) else None
 
     def replacement_touch(self, node: ast.AST, target: str, name: str, replacement: Replacement) -> None:
         """The consumer's code in place of vLLM's ``target.name`` (see ``Replacement``)."""
@@ -358,7 +418,7 @@ class ExpressionReader:
         else:
             return  # a callable is sent to the workers: nothing named to check
         self.add(TouchPoint(Kind.RPC, name, self.loc(node), self.code(node), receiver=receiver,
-                            rpc_method=name, call=call_shape(node), guards=tuple(self.guards),
+                            rpc_method=name, call=call_shape(node, self.spread_keys), guards=tuple(self.guards),
                             context=self.context(), note=note))
 
     def local_call_result(self, value: Value) -> Value:

@@ -99,6 +99,21 @@ class Replacement:
 
 
 @dataclass(frozen=True)
+class Alias:
+    """A call made through a local name bound to an attribute of a vLLM object (``step =
+    self.executor.execute_model``, then ``step(out)``): the call's touchpoint is the attribute's, and a fixer that
+    rewrites the call must name the receiver where the name is called."""
+
+    name: str
+    """The local name called (``step``)."""
+    receiver: str = ""
+    """The receiver's source (``self.executor``) when evaluating it again at the call gives the object the name was
+    bound from (the function binds neither the name nor the receiver's root name again, and assigns no attribute
+    along the receiver); "" when it may not, and ``why`` says why."""
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class TouchPoint:
     kind: Kind
     symbol: str
@@ -118,12 +133,15 @@ class TouchPoint:
     reply_uses: tuple[ReplyUse, ...] = ()
     """For RPC touchpoints: what the consumer does with the reply."""
     literals: tuple[tuple[str, str], ...] = ()
-    """Keyword arguments passed as literals (``enable_prefix_caching=False``), as source text."""
+    """Keyword arguments passed as literals (``enable_prefix_caching=False``, or in a ``**mapping`` whose keys the
+    scan sees), as source text."""
     replacement: Replacement | None = None
     """For PATCH touchpoints: the consumer's code that takes the place of ``symbol``."""
     narrowed: str = ""
     """The check the consumer makes before this use, so that a missing attribute is handled: ``hasattr(x, "a")``
     around ``x.a``, or a ``try`` whose handler catches AttributeError (source text and location)."""
+    alias: Alias | None = None
+    """For ATTRIBUTE touchpoints of a call made through a local name bound to the attribute: that name."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from typing import Any
 
 from compat.consumer.guards import GuardExpr
 from compat.consumer.model import Ref
+from compat.consumer.names import FunctionNames
 from compat.location import Location
 
 
@@ -82,6 +83,9 @@ class Scope:
     names: dict[str, Value] = field(default_factory=dict)
     kind: str = "module"
     qualname: str = ""
+    local: FunctionNames | None = None
+    """For a function's scope: what its statements say about its local names, read before the walk enters it
+    (``compat.consumer.names``)."""
 
 
 class ClassAttributes:

@@ -12,6 +12,7 @@ from compat.consumer.expressions import ExpressionReader, is_class_like
 from compat.consumer.guards import GuardExpr, Imports, Not, involves_target
 from compat.consumer.index import ConsumerIndex, ConsumerModule
 from compat.consumer.model import ClassPatch, Fallback, Guard, Kind, Ref, Replacement, TouchPoint
+from compat.consumer.names import read_function
 from compat.consumer.record import ForwardReplacement, ModuleRecord
 from compat.consumer.values import (
     ClassAttributes,
@@ -297,7 +298,7 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
             self.visit_expr(deco)
         qualname = f"{self.context()}.{node.name}"
         self.bind(node.name, Local(qualname))
-        scope = Scope(kind="function", qualname=qualname)
+        scope = Scope(kind="function", qualname=qualname, local=read_function(node, self.dict_builtin))
         params = node.args.posonlyargs + node.args.args
         in_class = self.scopes[-1].kind == "class" and self.class_stack
         is_static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
