@@ -112,7 +112,7 @@ def _patch_config_json(path: Path, spec: ModelSpec) -> None:
 
 
 def build(arch: str, directory: str | os.PathLike, *, dtype: str = "float32", hidden_size: int = 128,
-          num_layers: int = 4, seed: int = 0, force: bool = False) -> BuiltModel:
+          num_layers: int = 4, seed: int = 0, force: bool = False, max_positions: int = 512) -> BuiltModel:
     """Build a tiny ``arch`` model with random (or, for ``predictable``, known) weights into ``directory``.
 
     The directory appears whole or not at all (built beside it, then renamed). An existing non-empty
@@ -126,6 +126,8 @@ def build(arch: str, directory: str | os.PathLike, *, dtype: str = "float32", hi
         raise CompatError(f"--hidden-size {hidden_size}: must be a multiple of 4 heads, at least 32")
     if num_layers < 1:
         raise CompatError(f"--layers {num_layers}: need at least one decoder layer")
+    if max_positions < 16:
+        raise CompatError(f"--max-positions {max_positions}: need at least 16")
     target = Path(directory)
     if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not force)):
         raise CompatError(f"{target} exists and is not an empty directory (use --force to replace it)")
@@ -134,7 +136,7 @@ def build(arch: str, directory: str | os.PathLike, *, dtype: str = "float32", hi
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    spec = ModelSpec(arch, dtype, hidden_size, num_layers, seed=seed)
+    spec = ModelSpec(arch, dtype, hidden_size, num_layers, max_positions=max_positions, seed=seed)
     config = _config(spec)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
@@ -154,7 +156,8 @@ def build(arch: str, directory: str | os.PathLike, *, dtype: str = "float32", hi
         built = BuiltModel(target, spec, type(model).__name__, tok_vocab, sum(p.numel() for p in model.parameters()))
         manifest = {"builder": "compat.models", "arch": arch, "architecture": built.architecture, "dtype": dtype,
                     "hidden_size": hidden_size, "num_layers": num_layers, "vocab_size": spec.vocab_size,
-                    "tokenizer_vocab": tok_vocab, "seed": seed, "parameters": built.parameters}
+                    "tokenizer_vocab": tok_vocab, "max_positions": max_positions, "seed": seed,
+                    "parameters": built.parameters}
         if arch == "predictable":
             manifest["values"] = {"after_layer_k": "k + 1 (coordinates 1..); token_id + k + 1 (coordinate 0)",
                                   "entering_layer_k": "k (coordinates 1..); token_id + k (coordinate 0)"}

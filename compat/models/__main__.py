@@ -24,6 +24,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--hidden-size", type=int, default=128)
     b.add_argument("--layers", type=int, default=4)
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--max-positions", type=int, default=512, help="the model's context (default 512)")
     b.add_argument("--force", action="store_true", help="replace an existing directory")
     sub.add_parser("list", help="list the architectures")
     p.add_argument("--debug", action="store_true", help="show full tracebacks for internal errors")
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(arch)
             return 0
         built = build(args.arch, args.directory, dtype=args.dtype, hidden_size=args.hidden_size,
-                      num_layers=args.layers, seed=args.seed, force=args.force)
+                      num_layers=args.layers, seed=args.seed, force=args.force,
+                      max_positions=args.max_positions)
         print(f"{built.path}: {built.architecture} {built.spec.dtype}, hidden {built.spec.hidden_size}, "
               f"{built.spec.num_layers} layers, {built.parameters:,} parameters, tokenizer vocab "
               f"{built.tokenizer_vocab}")
