@@ -205,6 +205,37 @@ class ModelPatch:
 
 
 @dataclass(frozen=True)
+class StepLoop:
+    """A consumer loop that runs vLLM's scheduler by hand: ``while (out := <scheduler>.schedule())...:`` with the
+    step executed and requests finished in its body (``compat.consumer.steps``)."""
+
+    function: str
+    """The function holding the loop (``module.name``)."""
+    location: Location
+    end_line: int
+    scheduler: str
+    """The scheduler as the loop names it (``self.scheduler``)."""
+    schedule: Location
+    """The ``schedule()`` call in the loop's test."""
+    output: str
+    """The name the step's output is bound to ('' when it is not bound)."""
+    executor: str
+    """The receiver of the ``execute_model`` call in the body ('' when there is none)."""
+    execute: Location | None
+    finishes: str
+    """``scheduled``: the loop finishes every request the step scheduled; ``other``: some other set; '': none."""
+    finish: Location | None
+    finish_status: str
+    """The status the loop finishes requests with, as written (``RequestStatus.FINISHED_ABORTED``)."""
+    updates: bool
+    """The loop hands each step's output back to the scheduler (``update_from_output``), as the engine core does."""
+    stops_when_idle: bool
+    """The loop ends at the first step that schedules no token (requests may still wait for KV blocks)."""
+    others: tuple[str, ...] = ()
+    """Body statements that are neither the step, its finishing, a counter nor a log call (first line of each)."""
+
+
+@dataclass(frozen=True)
 class Scan:
     name: str
     version: str | None
@@ -220,6 +251,7 @@ class Scan:
     root: str = ""
     """Directory the consumer locations are relative to."""
     model_patches: tuple[ModelPatch, ...] = ()
+    step_loops: tuple[StepLoop, ...] = ()
     class_patches: tuple[ClassPatch, ...] = ()
     left_out: tuple[str, ...] = ()
     """Files of the tree not audited: its tests, examples and docs (``compat.consumer.scan.NOT_SHIPPED``)."""

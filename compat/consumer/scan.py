@@ -18,6 +18,7 @@ from compat.consumer.index import ConsumerIndex, ConsumerModule
 from compat.consumer.model import ConsumerClass, Kind, ReplyUse, Scan, ScanProblem
 from compat.consumer.patches import model_patch
 from compat.consumer.record import ForwardReplacement, ModuleRecord
+from compat.consumer.steps import step_loops
 from compat.consumer.values import ClassAttributes
 from compat.consumer.visitor import walk_module
 from compat.location import Location
@@ -114,6 +115,7 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False) 
                 worker_extensions=tuple(dict.fromkeys(index.extensions)),
                 written_for=written_for(tree.requires, target), files=count, root=str(tree.root),
                 model_patches=tuple(model_patch(index, f) for f in forwards), class_patches=patches,
+                step_loops=tuple(loop for source in modules for loop in step_loops(source)),
                 left_out=tuple(left_out))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from compat.signature import Parameter, Signature
 from compat.syntax import FunctionNode
 from compat.vllm.definitions import definition
 from compat.vllm.modules import ModuleInfo
@@ -71,3 +72,71 @@ def string_of(node: ast.AST) -> str | None:
     return None
 
 
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A constructor parameter's declared default, as source text, and where the class declares it."""
+
+    default: str | None
+    """None: the parameter has no default (or the class has no such parameter)."""
+    at: str | None
+
+
+_FACTORIES = ("default_factory", "factory")
+_MAX_REFERENCES = 4
+_EMPTY = {"list": "[]", "dict": "{}", "tuple": "()", "set": "set()"}
+"""Builtin factories, rendered as the literal they make (so ``not self.cuda_graph_sizes`` can be judged)."""
+
+
+def _parameter(surface: StaticSurface, owner: Found, name: str) -> Parameter | None:
+    sig = surface.signature(owner)
+    return sig.get(name) if isinstance(sig, Signature) else None
+
+
+def _names_field(surface: StaticSurface, info: ModuleInfo, value: ast.expr) -> tuple[Found, str] | None:
+    """The (class, field) a default names: ``CacheConfig.enable_prefix_caching``, ``get_field(ModelConfig,
+    "hf_overrides")``; None for anything else (``SchedulerPolicy.FCFS`` names no field of a constructor)."""
+    if isinstance(value, ast.Attribute):
+        owner, name = value.value, value.attr
+    elif isinstance(value, ast.Call) and len(value.args) == 2 and \
+            ast.unparse(value.func).rsplit(".", 1)[-1] == "get_field":
+        owner, name = value.args[0], string_of(value.args[1])
+    else:
+        return None
+    found = surface.resolve_expr(info, owner)
+    if name is None or not isinstance(found, Found) or found.kind != "class" or \
+            _parameter(surface, found, name) is None:
+        return None
+    return found, name
+
+
+def declared(surface: StaticSurface, owner: Found, name: str, depth: int = 0) -> Declared:
+    """What a caller that leaves ``name`` out of ``owner(...)`` is given, as the class body declares it.
+
+    The signature already has literal defaults; a ``default_factory`` shows there as ``<factory>``, so the
+    field's declaration is read for what the factory makes (``field(default_factory=ObservabilityConfig)`` is
+    ``ObservabilityConfig()``, ``Field(default_factory=lambda: ["original/**/*"])`` is ``['original/**/*']``).
+    A default that names another config's field (``EngineArgs.enable_prefix_caching = CacheConfig.
+    enable_prefix_caching``, ``get_field(ModelConfig, "hf_overrides")`` in vLLM 0.11.0) is that field's own
+    declared default, so a change there shows here too.
+    """
+    param = _parameter(surface, owner, name)
+    default = param.default if param is not None and param.has_default else None
+    member = surface.member(owner, name)
+    defined = definition(member) if isinstance(member, Found) else None
+    stmt = defined.node if defined is not None and defined.owner is not None else None
+    where = loc(defined.module, stmt) if defined is not None and stmt is not None else loc(owner)
+    value = stmt.value if isinstance(stmt, ast.AnnAssign) else None
+    if defined is None or value is None or depth > _MAX_REFERENCES:
+        return Declared(default, where)
+    factory = next((k.value for k in value.keywords if k.arg in _FACTORIES), None) \
+        if isinstance(value, ast.Call) else None
+    if factory is not None:
+        made = ast.unparse(factory.body) if isinstance(factory, ast.Lambda) else \
+            _EMPTY.get(ast.unparse(factory), f"{ast.unparse(factory)}()")
+        return Declared(made, where)
+    named = _names_field(surface, defined.module, value)
+    if named is not None and named[0].path != owner.path:
+        return Declared(declared(surface, named[0], named[1], depth + 1).default, where)
+    return Declared(default, where)
