@@ -17,6 +17,7 @@ from packaging.version import Version
 from compat.consumer.model import Kind, TouchPoint
 from compat.errors import CompatError
 from compat.facts import arguments
+from compat.findings import Finding
 from compat.fix.context import AuditedBuild, FixContext, span
 from compat.fix.edits import AddKeyword, RouteImport
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
@@ -132,6 +133,11 @@ class CallAdapter(Fixer):
                     self._adapt(ctx, plan, tp, symbol, [b for b, f in pairs if f.symbol == symbol])
                 except CompatError as exc:
                     plan.unhandled.append(Unhandled(finding, str(exc)))
+        for tp, finding, failing in _behind_moves(ctx):
+            try:
+                self._adapt(ctx, plan, tp, tp.symbol, failing)
+            except CompatError as exc:
+                plan.unhandled.append(Unhandled(finding, f"{tp.location}: {exc}"))
         return plan
 
     def _adapt(self, ctx: FixContext, plan: FixerPlan, tp: TouchPoint | None, symbol: str,
@@ -140,9 +146,8 @@ class CallAdapter(Fixer):
             raise CompatError("the scan has no call shape for this call")
         module, _, name = symbol.rpartition(".")
         file, line = tp.location.file, tp.location.line
-        imports = [t for t in ctx.scan.touchpoints if t.kind == Kind.IMPORT and t.symbol == symbol
-                   and t.location.file == file]
-        if not imports or imported_as(ctx.root, file, imports[0].location.line, name) != name:
+        imports = _imports_in(ctx, file, symbol, name)
+        if not imports:
             raise CompatError(f"{name} is not imported as `from {module} import {name}` in {file}")
         dropped: dict[str, list[AuditedBuild]] = {}
         required: dict[str, list[AuditedBuild]] = {}
@@ -178,8 +183,8 @@ class CallAdapter(Fixer):
                          required.items()], context),
             f"{name}: keywords dropped or passed as the running build takes them", wraps=name,
             context=tuple(context)))
-        plan.edits.append(RouteImport(file, imports[0].location.line, f"from {module} import {name}",
-                                      module=module, names=(name,), shim=ctx.shim.module))
+        plan.edits += [RouteImport(file, at, f"from {module} import {name}", module=module, names=(name,),
+                                   shim=ctx.shim.module) for at in imports]
         for c in context:
             plan.edits.append(AddKeyword(file, line, f"{name}(...)", callee=name, keyword=c, value=c))
         plan.claims.append(Claim("call", symbol))
@@ -191,6 +196,33 @@ class CallAdapter(Fixer):
         if context:
             plan.notes.append(f"{name}: its call site also hands the shim {', '.join(context)}, which vLLM's own "
                               f"code uses to compute what the build requires ({_unparse(site)})")
+
+
+def _behind_moves(ctx: FixContext) -> list[tuple[TouchPoint, Finding, list[AuditedBuild]]]:
+    """Calls of a moved name that do not bind where it moved to: the audit reports them only as uses of the
+    missing name (folded into the import's finding, which the imports fixer fixes), so without this the
+    routed call would still fail on those builds. Each with the import's finding and the builds it fails on."""
+    moved = {f.symbol: f for _, f in ctx.failing("import")}
+    reported = {(f.consumer_location, f.symbol) for _, f in ctx.failing("call")}
+    found = []
+    for tp in ctx.scan.touchpoints:
+        if tp.kind != Kind.CALL or tp.call is None or tp.symbol not in moved or (str(tp.location),
+                                                                               tp.symbol) in reported:
+            continue
+        name = tp.symbol.rpartition(".")[2]
+        failing = [b for b in ctx.builds if (sig := _signature(b, tp.symbol)) is not None and sig.bind(tp.call, name)]
+        if failing:
+            found.append((tp, moved[tp.symbol], failing))
+    return found
+
+
+def _imports_in(ctx: FixContext, file: str, symbol: str, name: str) -> list[int]:
+    """The lines of ``file`` that import ``symbol`` as ``from module import name``: every one is routed to the
+    shim, so that the name the adjusted call uses is the shim's whichever import bound it (one at the top, one
+    inside a function)."""
+    lines = sorted({t.location.line for t in ctx.scan.touchpoints if t.kind == Kind.IMPORT and t.symbol == symbol
+                    and t.location.file == file})
+    return [line for line in lines if imported_as(ctx.root, file, line, name) == name]
 
 
 def _unparse(site: tuple[ast.Call, ast.Call | None] | None) -> str:

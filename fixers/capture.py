@@ -35,30 +35,94 @@ def decoder_stack(model):
                      + " or ".join("model." + ".".join(p) for p in _STACK_PATHS))
 
 
-def capture_layers(model, layer_ids, store, when, value):
+_RECORDS = []
+"""In a worker: for each forward pass the hooks captured, the positions, token ids and batch order it ran on."""
+
+
+def _capture_records(worker=None):
+    """Run in a worker (``collective_rpc``): what ``_RECORDS`` holds."""
+    return list(_RECORDS)
+
+
+def _clear_capture_records(worker=None):
+    """Run in a worker (``collective_rpc``): forget every forward pass recorded so far."""
+    _RECORDS.clear()
+
+
+def _reset_capture_records(executor):
+    executor.collective_rpc(_clear_capture_records)
+
+
+def _positions_of(layer):
+    """A function reading the ``positions`` argument of a call of ``layer`` (None where it takes none): decoder
+    layers take them by name or position, and the stack's own forward is not hooked (compiled models replace
+    its ``__call__``)."""
+    try:
+        signature = inspect.signature(layer.forward)
+    except (TypeError, ValueError):
+        return lambda args, kwargs: None
+    if "positions" not in signature.parameters:
+        return lambda args, kwargs: None
+
+    def read(args, kwargs):
+        try:
+            return signature.bind_partial(*args, **kwargs).arguments.get("positions")
+        except TypeError:
+            return kwargs.get("positions")
+
+    return read
+
+
+def capture_layers(model, layer_ids, store, when, value, runner=None):
     """Capture what decoder layers ``layer_ids`` output, with forward hooks: the build's own forward runs
     (its embedding, its layer calls and their extra arguments). For each forward pass on which ``when()``
-    holds, ``store`` gets one list, in layer order, of ``value(*outputs)`` of each captured layer (layers
-    of other pipeline stages are not here). Returns the hook handles."""
+    holds, ``store`` gets one list, in ascending layer order (each layer once), of ``value(*outputs)`` of each
+    captured layer (layers of other pipeline stages are not here). The positions, token ids and batch order
+    (``runner.input_batch.req_ids`` where the model runner has one) of each such pass are recorded for
+    ``by_request``. Each pass starts from an empty buffer, so a pass that failed half-way leaves nothing
+    behind. Returns the hook handles."""
     stack = decoder_stack(model)
-    local = [i for i in sorted(layer_ids)
+    local = [i for i in sorted(set(layer_ids))
              if i < len(stack.layers) and type(stack.layers[i]).__name__ != "PPMissingLayer"]
     if not local:
         return []
     captured = []
+    seen = {}
+    first = stack.layers[local[0]]
+    positions_of = _positions_of(first)
+
+    def begin(module, args, kwargs):
+        captured.clear()
+        positions = positions_of(args, kwargs)
+        if positions is not None and positions.dim() > 1:
+            positions = positions[0]  # M-RoPE: every row holds the text position
+        batch = getattr(getattr(runner, "input_batch", None), "req_ids", None)
+        seen["positions"] = positions
+        seen["order"] = [r for r in batch if r is not None] if batch is not None else None
+
+    def embedded(module, args):
+        seen["input_ids"] = args[0] if args else None
 
     def hook_for(index):
-        def hook(module, inputs, output):
+        def hook(module, args, output):
             if not when():
                 return
             captured.append(value(*output) if isinstance(output, tuple) else value(output))
             if index == local[-1]:
                 store(list(captured))
                 captured.clear()
+                positions, ids = seen.pop("positions", None), seen.pop("input_ids", None)
+                _RECORDS.append((positions.detach().to("cpu", copy=True) if positions is not None else None,
+                                 ids.detach().to("cpu", copy=True) if ids is not None else None,
+                                 seen.pop("order", None)))
 
         return hook
 
-    return [stack.layers[i].register_forward_hook(hook_for(i)) for i in local]
+    handles = [first.register_forward_pre_hook(begin, with_kwargs=True)]
+    embedding = getattr(stack, "embed_tokens", None)
+    if hasattr(embedding, "register_forward_pre_hook"):
+        handles.append(embedding.register_forward_pre_hook(embedded))
+    return handles + [stack.layers[i].register_forward_hook(hook_for(i)) for i in local]
 '''
 
 
@@ -142,6 +206,17 @@ def _installation(ctx: FixContext, patch: ModelPatch) -> tuple[list[str], int, s
     return [s.strip() for s in statements], function.body[first].lineno, ast.unparse(definition.value.value)
 
 
+def _runner(ctx: FixContext, patch: ModelPatch, model: str) -> str | None:
+    """The model runner the installing method took the model from (``model = self.model_runner.model``): the
+    hooks read its batch order, when it keeps one."""
+    function = function_of(ctx.root, patch.location.file, patch.location.line)
+    for node in ast.walk(function) if function else ():
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and ast.unparse(node.targets[0]) == model \
+                and isinstance(node.value, ast.Attribute) and node.value.attr == "model":
+            return ast.unparse(node.value.value)
+    return None
+
+
 class LayerHooks(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
@@ -155,8 +230,10 @@ class LayerHooks(Fixer):
             except CompatError as exc:
                 plan.unhandled += [Unhandled(f, str(exc)) for _, f in failing]
                 continue
+            runner = _runner(ctx, patch, model)
             call = (f"{ctx.shim.alias}.capture_layers(\n    {model},\n    layer_ids={capture.layer_ids},\n"
-                    f"    store={capture.store},\n    when={capture.when},\n    value={capture.value},\n)\n")
+                    f"    store={capture.store},\n    when={capture.when},\n    value={capture.value},\n"
+                    + (f"    runner={runner},\n" if runner else "") + ")\n")
             plan.edits.append(ReplaceStatements(patch.location.file, line, statements[0], expected=tuple(statements),
                                                 replacement=call))
             plan.edits += self._eagle3_checks(ctx, patch, failing)

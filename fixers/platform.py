@@ -7,10 +7,10 @@ import ast
 
 from compat.consumer.model import Kind
 from compat.fix.context import FixContext
-from compat.fix.edits import RouteCall, RouteImport
+from compat.fix.edits import ReplaceStatements, RouteCall, RouteImport
 from compat.fix.plan import FixerPlan, ShimPiece
 from compat.fix.shim import adjustment_name, raw_import
-from compat.fix.source import function_of, imported_as, parsed
+from compat.fix.source import function_of, imported_as, parsed, segment, statement_at
 from fixers import Fixer
 
 NAME = "platform"
@@ -24,6 +24,19 @@ def device_memory(executor):
         return torch.cuda.mem_get_info()
     available = min(executor.determine_available_memory())
     return available, available
+'''
+KV_BUDGET = '''
+def kv_cache_budget(executor, planned):
+    """The memory for the KV cache: ``planned`` (the consumer's share of the free CUDA memory) where CUDA answers;
+    elsewhere what vLLM's engine itself gives the KV cache on that platform, the executor's
+    ``determine_available_memory()`` (its smallest worker; on vLLM's CPU builds the KV space configured, or a
+    share of the node's memory), which is already a budget for the KV cache and not free memory to take a share
+    of again."""
+    import torch
+
+    if torch.cuda.is_available():
+        return planned
+    return min(executor.determine_available_memory())
 '''
 EMPTY_CACHE = '''
 def empty_cache():
@@ -66,6 +79,7 @@ class CudaOnly(Fixer):
                     plan.pieces.append(ShimPiece("platform:device_memory", MEMORY, "device memory on any platform"))
                     plan.notes.append(f"{file}:{node.lineno}: torch.cuda.mem_get_info() answered by "
                                       f"{executor}.determine_available_memory() where there is no CUDA")
+                    self._budget(ctx, plan, file, node.lineno, executor)
                 elif callee == "torch.cuda.empty_cache":
                     plan.edits.append(RouteCall(file, node.lineno, callee, callee=callee,
                                                 function=f"{ctx.shim.alias}.empty_cache"))
@@ -88,6 +102,34 @@ class CudaOnly(Fixer):
                 plan.notes.append(f"{tp.location}: CacheConfig(block_size=...) leaves the block size to the "
                                   "attention backend on vLLM's CPU platform")
         return plan
+
+    @staticmethod
+    def _budget(ctx: FixContext, plan: FixerPlan, file: str, line: int, executor: str) -> None:
+        """``cache_memory = <share of free_memory>`` after ``free_memory, _ = torch.cuda.mem_get_info()``: where
+        there is no CUDA, the engine's own KV cache budget instead of a share of it."""
+        function = function_of(ctx.root, file, line)
+        index = statement_at(function.body, line) if function else None
+        if function is None or index is None:
+            return
+        info = function.body[index]
+        target = info.targets[0] if isinstance(info, ast.Assign) and len(info.targets) == 1 else None
+        free = (target.elts[0] if isinstance(target, ast.Tuple) and target.elts else target)
+        if not isinstance(free, ast.Name):
+            return
+        for stmt in function.body[index + 1:]:
+            if not any(isinstance(n, ast.Name) and n.id == free.id for n in ast.walk(stmt)):
+                continue
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                name = stmt.targets[0].id
+                plan.pieces.append(ShimPiece("platform:kv_cache_budget", KV_BUDGET, "the KV cache budget on any "
+                                             "platform"))
+                plan.edits.append(ReplaceStatements(
+                    file, stmt.lineno, f"{name} = <a share of {free.id}>", expected=(segment(ctx.root, file, stmt),),
+                    replacement=f"{name} = {ctx.shim.alias}.kv_cache_budget({executor}, "
+                                f"{ast.unparse(stmt.value)})\n"))
+                plan.notes.append(f"{file}:{stmt.lineno}: where there is no CUDA the KV cache gets the budget the "
+                                  "engine itself would give it (determine_available_memory), not a share of it")
+            return
 
     @staticmethod
     def _executor(ctx: FixContext, file: str, line: int) -> str | None:

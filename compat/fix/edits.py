@@ -303,6 +303,13 @@ class ReplaceStatements(Edit):
 
     expected: tuple[str, ...] = ()
     replacement: str = ""
+    end_line: int = 0
+    """The last line the replaced statements span, when other edits planned inside them are to be dropped (the
+    replacement takes their place: ``supersedes``)."""
+
+    def supersedes(self, other: Edit) -> bool:
+        """Whether ``other`` edits code this replacement removes."""
+        return other is not self and other.file == self.file and self.line <= other.line <= self.end_line
 
     def apply(self, module: cst.Module) -> cst.Module:
         edit = self
@@ -328,7 +335,13 @@ class ReplaceStatements(Edit):
 
 @dataclass(frozen=True)
 class ImportShim(Edit):
-    """``import_line`` (the shim, under its alias) after the module's last top-level import, once."""
+    """``import_line`` (the shim, under its alias) after the module's last top-level import, once; in a module
+    without one, after its docstring (which must stay the module's first statement).
+
+    The import is unconditional even where the module guards its vLLM imports (``if is_vllm_available():``):
+    the shim imports nothing of vLLM and checks nothing at import, and the module may call the shim outside the
+    guard (a platform helper that runs with or without vLLM), where a guarded import would leave the alias
+    unbound."""
 
     import_line: str = ""
 
@@ -339,17 +352,35 @@ class ImportShim(Edit):
             return module
         body = list(module.body)
         last = max((i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine)
-                    and isinstance(s.body[0], (cst.Import, cst.ImportFrom))), default=-1)
+                    and isinstance(s.body[0], (cst.Import, cst.ImportFrom))), default=_docstring_end(body))
         body.insert(last + 1, cst.parse_statement(self.import_line + "\n"))
         return module.with_changes(body=body)
 
 
+def _docstring_end(body: Sequence[cst.BaseStatement]) -> int:
+    """The index of a module's docstring statement (-1 without one): what an insertion at the top goes after."""
+    first = body[0] if body else None
+    is_doc = isinstance(first, cst.SimpleStatementLine) and isinstance(first.body[0], cst.Expr) and isinstance(
+        first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    return 0 if is_doc else -1
+
+
+def _assigns(statement: cst.BaseStatement, name: str) -> bool:
+    """Whether ``statement`` is ``name = ...`` (one target)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    assign = statement.body[0]
+    return isinstance(assign, cst.Assign) and len(assign.targets) == 1 and _dotted(assign.targets[0].target) == name
+
+
 @dataclass(frozen=True)
 class InsertAfter(Edit):
-    """``code`` (one statement) right after the statement starting on ``line`` whose code is ``expected``."""
+    """``code`` (one statement) right after the statement starting on ``line`` whose code is ``expected``, or,
+    with ``assigns``, that assigns that name (whatever other edits make of its value)."""
 
     expected: str = ""
     code: str = ""
+    assigns: str = ""
 
     def apply(self, module: cst.Module) -> cst.Module:
         edit = self
@@ -357,7 +388,10 @@ class InsertAfter(Edit):
 
         class Insert(_InBody):
             def change(self, statements, index):
-                if _squeeze(_code(statements[index])) != _squeeze(edit.expected):
+                if edit.assigns:
+                    if not _assigns(statements[index], edit.assigns):
+                        return None
+                elif _squeeze(_code(statements[index])) != _squeeze(edit.expected):
                     return None
                 if index + 1 < len(statements) and _squeeze(_code(statements[index + 1])) == _squeeze(edit.code):
                     self.done += 1
@@ -368,5 +402,35 @@ class InsertAfter(Edit):
         insert = Insert(self.line)
         result = _run(module, insert)
         if not insert.changed and not insert.done:
-            raise self.missing(f"the statement `{self.expected}`")
+            raise self.missing(f"the statement `{self.expected or self.assigns + ' = ...'}`")
+        return result
+
+
+@dataclass(frozen=True)
+class InsertBefore(Edit):
+    """``code`` (one statement) right before the statement starting on ``line`` whose code holds ``contains``."""
+
+    contains: str = ""
+    code: str = ""
+
+    def apply(self, module: cst.Module) -> cst.Module:
+        edit = self
+        new = cst.parse_statement(self.code if self.code.endswith("\n") else self.code + "\n")
+
+        class Insert(_InBody):
+            def change(self, statements, index):
+                if edit.contains not in _code(statements[index]):
+                    return None
+                if index > 0 and _squeeze(_code(statements[index - 1])) == _squeeze(edit.code):
+                    self.done += 1
+                    return None
+                self.changed += 1
+                moved = new.with_changes(leading_lines=statements[index].leading_lines)
+                return statements[:index] + [moved, statements[index].with_changes(leading_lines=[])] + \
+                    statements[index + 1:]
+
+        insert = Insert(self.line)
+        result = _run(module, insert)
+        if not insert.changed and not insert.done:
+            raise self.missing(f"a statement holding `{self.contains}`")
         return result

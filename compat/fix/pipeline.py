@@ -7,6 +7,7 @@ edits, and re-audit the patched consumer against the same builds.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import shutil
 import tempfile
@@ -18,15 +19,15 @@ import libcst as cst
 
 from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
 from compat.cache import atomic_write_text
-from compat.consumer.model import Scan
+from compat.consumer.model import Kind, Scan
 from compat.consumer.scan import scan_tree
 from compat.consumer.source import open_consumer
 from compat.errors import CompatError, UnknownVersion
 from compat.findings import Finding
 from compat.fix.context import FAILING, AuditedBuild, FixContext, Shim
-from compat.fix.edits import Edit, ImportShim, RouteImport
+from compat.fix.edits import Edit, ImportShim, ReplaceStatements, RouteImport
 from compat.fix.plan import FixerPlan
-from compat.fix.shim import assemble
+from compat.fix.shim import Export, assemble, exports
 from compat.sources import SourceTree, index, tree_from_path
 from compat.vllm.builds import OpenedBuild, open_build
 
@@ -114,13 +115,14 @@ def plan_fix(options: FixOptions) -> Fix:
     scan = scan_tree(tree, options.target)
     spec = options.vllm or (f">={scan.written_for}" if scan.written_for else "latest")
     shim = shim_location(scan, tree)
-    ctx = FixContext(_outside(scan, shim.path), tuple(_without_findings_in(b, shim.path)
-                                                      for b in audit_range(scan, spec, options.target)), shim)
     unknown = set(options.without) - {f.name for f in all_fixers()}
     if unknown:
         raise CompatError(f"--without {', '.join(sorted(unknown))}: no such fixer "
                           f"(fixers: {', '.join(f.name for f in all_fixers())})")
-    plans = tuple(p for p in (f.plan(ctx) for f in all_fixers() if f.name not in options.without) if not p.empty)
+    active = tuple(f.name for f in all_fixers() if f.name not in options.without)
+    ctx = FixContext(_outside(scan, shim.path), tuple(_without_findings_in(b, shim.path)
+                                                      for b in audit_range(scan, spec, options.target)), shim, active)
+    plans = tuple(p for p in (f.plan(ctx) for f in all_fixers() if f.name in active) if not p.empty)
     files = edit_files(tree.root, ctx, plans)
     if any(rel != shim.path and old != new for rel, (old, new) in files.items()) and _generated(tree.root / shim.path):
         raise CompatError(f"{tree.root / shim.path}: this consumer was already patched by compat.fix, and the new "
@@ -163,9 +165,16 @@ def _merged(edits: Sequence[Edit]) -> list[Edit]:
     return others + list(imports.values())
 
 
+def _superseded(edits: Sequence[Edit]) -> list[Edit]:
+    """The edits without those inside code another edit replaces as a whole (a fixer that rewrites a loop takes
+    over what another planned for a line of it)."""
+    replacing = [e for e in edits if isinstance(e, ReplaceStatements) and e.end_line]
+    return [e for e in edits if not any(r.supersedes(e) for r in replacing)]
+
+
 def edit_files(root: Path, ctx: FixContext, plans: Sequence[FixerPlan]) -> dict[str, tuple[str, str]]:
     """Each edited file's text before and after, and the shim's (bottom-up per file, so lines stay valid)."""
-    edits = _merged([e for plan in plans for e in plan.edits])
+    edits = _merged(_superseded([e for plan in plans for e in plan.edits]))
     files: dict[str, tuple[str, str]] = {}
     for rel in sorted({e.file for e in edits}):
         old = (root / rel).read_text(encoding="utf-8")
@@ -210,24 +219,91 @@ def write_in_place(fix: Fix) -> list[Path]:
 
 
 def verify(patched: Path, fix: Fix) -> Verification:
-    """Re-audit the patched tree against every build the fix was planned for."""
-    scan = scan_tree(tree_from_path(Path(patched)), fix.ctx.scan.target)
+    """Re-audit the patched tree against every build the fix was planned for.
+
+    The static reader cannot see through the shim, so each build is audited on a view of the patched tree (the
+    same files and lines, ``_view_scan``): every name the consumer imports from the shim reads as an import of
+    the vLLM object the shim gives it on that build, so each use of it (``X.create(...)``, ``isinstance(o, X)``,
+    ``class Y(X)``, the attributes of what ``X(...)`` returns) is audited against that build's object. The shim
+    is audited with the consumer (its vLLM imports sit in the functions that use them, where the reader sees
+    them); no fixer claims its findings, so a failing one is listed as handled by none. A direct call of a
+    wrapped name is a call of the shim's adjustment, planned from the findings of that very call, and is left
+    out, as every call of the shim's functions is.
+    """
     auditor = Auditor(AuditOptions(confirm="never", target=fix.ctx.scan.target))
     claims = [c for plan in fix.plans for c in plan.claims]
     accepting = [(c, why) for plan in fix.plans for c, why in plan.accepted]
     claimed, unhandled, accepted = [], [], []
-    for build in fix.ctx.builds:
-        scan = replace(scan, written_for=fix.ctx.scan.written_for)
-        result = auditor.run(scan, OpenedBuild(build.surface))
-        for finding in result.findings:
-            if finding.status not in FAILING:
-                continue
-            why = next((why for c, why in accepting if c.covers(finding)), None)
-            if any(c.covers(finding) for c in claims):
-                claimed.append((build.version, finding))
-            elif why is not None:
-                accepted.append((build.version, finding, why))
-            else:
-                unhandled.append((build.version, finding))
+    shim = Path(patched) / fix.ctx.shim.path
+    served = exports(shim.read_text(encoding="utf-8")) if shim.exists() else ()
+    views: dict[tuple[tuple[str, str | None], ...], Scan] = {}
+    with tempfile.TemporaryDirectory(prefix="compat-verify-") as tmp:
+        for build in fix.ctx.builds:
+            given = tuple((e.name, e.on(build.surface)) for e in served)
+            if given not in views:
+                views[given] = _view_scan(Path(patched), fix, served, dict(given), Path(tmp) / f"view-{len(views)}")
+            scan = replace(views[given], written_for=fix.ctx.scan.written_for)
+            result = auditor.run(scan, OpenedBuild(build.surface))
+            for finding in result.findings:
+                if finding.status not in FAILING:
+                    continue
+                why = next((why for c, why in accepting if c.covers(finding)), None)
+                if any(c.covers(finding) for c in claims) and not _in_shim(finding, fix):
+                    claimed.append((build.version, finding))
+                elif why is not None:
+                    accepted.append((build.version, finding, why))
+                else:
+                    unhandled.append((build.version, finding))
     return Verification(tuple(b.version for b in fix.ctx.builds), tuple(claimed), tuple(unhandled),
                         tuple(accepted))
+
+
+def _in_shim(finding: Finding, fix: Fix) -> bool:
+    return (finding.consumer_location or "").partition(":")[0] == fix.ctx.shim.path
+
+
+def _view_scan(patched: Path, fix: Fix, served: Sequence[Export], given: dict[str, str | None], dest: Path) -> Scan:
+    """The scan of a copy of ``patched`` at ``dest`` in which each import of a name ``served`` from the shim reads
+    as the import of ``given[name]`` (the vLLM object the shim gives on one build); without the calls of wrapped
+    names in the files that import them from the shim."""
+    view = dest / patched.name
+    shutil.copytree(patched, view, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+    wrapped = {e.name for e in served if e.wrapped}
+    adjusted: dict[str, set[str]] = {}
+    tree = tree_from_path(view)
+    for path in tree.python_files():
+        rel = path.relative_to(tree.root).as_posix()
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if rel != fix.ctx.shim.path and fix.ctx.shim.module in text:
+            new, names = _through_shim(text, fix.ctx.shim.module, given)
+            path.write_text(new, encoding="utf-8")
+            adjusted[rel] = {str(given[n]) for n in names & wrapped}
+    scan = scan_tree(tree, fix.ctx.scan.target)
+    return replace(scan, touchpoints=tuple(tp for tp in scan.touchpoints if not (
+        tp.kind == Kind.CALL and tp.symbol in adjusted.get(tp.location.file, ()))))
+
+
+def _through_shim(text: str, shim: str, given: dict[str, str | None]) -> tuple[str, set[str]]:
+    """``text`` with each ``from <shim> import X`` that has its lines to itself read as ``from <module> import X``
+    (``given[X]`` is ``<module>.X``), on the same lines (the first, then blank ones); and the names rewritten."""
+    lines = text.split("\n")
+    names: set[str] = set()
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text, names
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ImportFrom) and node.module == shim and not node.level
+                and all(given.get(a.name) for a in node.names) and node.end_lineno is not None):
+            continue
+        first, last = lines[node.lineno - 1].encode(), lines[node.end_lineno - 1].encode()
+        before, after = first[:node.col_offset].decode(), last[node.end_col_offset or 0:].decode().strip()
+        if before.strip() or (after and not after.startswith("#")):
+            continue
+        imports = [f"from {str(given[a.name]).rpartition('.')[0]} import {a.name}" + (
+            f" as {a.asname}" if a.asname else "") for a in node.names]
+        lines[node.lineno - 1] = before + "; ".join(imports)
+        for i in range(node.lineno, node.end_lineno):
+            lines[i] = ""
+        names |= {a.name for a in node.names}
+    return "\n".join(lines), names
