@@ -8,12 +8,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from compat import child
 from compat.cache import cache_dir
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -41,7 +40,8 @@ def tiny_model(arch: str = "llama") -> Path:
     from compat import models
 
     key = hashlib.sha256(models.__file__.encode()).hexdigest()[:8]
-    directory = cache_dir() / "models" / f"{arch}-transformers{transformers_major()}-{key}"
+    context = models.ModelSpec().max_positions
+    directory = cache_dir() / "models" / f"{arch}-transformers{transformers_major()}-{context}-{key}"
     if not (directory / "config.json").exists():
         models.build(arch, directory)
     return directory
@@ -67,18 +67,6 @@ def checkpoint_dtype(model: Path) -> str:
     return str(config.get("dtype") or config.get("torch_dtype") or "float32")
 
 
-def _signal_text(returncode: int) -> str:
-    """'SIGILL (Illegal instruction)' for a child that died by a signal (``returncode`` is minus its number)."""
-    try:
-        sig = signal.Signals(-returncode)
-    except ValueError:
-        return f"signal {-returncode}"
-    text = f"{sig.name} ({signal.strsignal(sig) or 'no description'})"
-    if sig is signal.SIGKILL:
-        text += ", as the kernel's OOM killer sends when memory runs out"
-    return text
-
-
 def run_child(spec: dict, timeout: float = DEFAULT_TIMEOUT_S, entry: str = ENTRY) -> dict:
     """Run one check in a child process (``python -m entry SPEC OUT PROGRESS``); never raises.
 
@@ -89,41 +77,23 @@ def run_child(spec: dict, timeout: float = DEFAULT_TIMEOUT_S, entry: str = ENTRY
     with tempfile.TemporaryDirectory(prefix="compat-confirm-") as tmp:
         spec_path, out_path, progress = Path(tmp, "spec.json"), Path(tmp, "out.json"), Path(tmp, "progress")
         spec_path.write_text(json.dumps(spec))
-        log = Path(tmp, "child.log")
-        with log.open("w") as handle:
-            # A session of its own, so that a timeout also ends the executor's worker processes.
-            proc = subprocess.Popen([sys.executable, "-m", entry, str(spec_path), str(out_path), str(progress)],
-                                    stdout=handle, stderr=subprocess.STDOUT, env=_env(spec.get("tp", 1)),
-                                    start_new_session=True)
-            try:
-                returncode: int | None = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                returncode = None
-                _kill_group(proc)
+        ended = child.run([sys.executable, "-m", entry, str(spec_path), str(out_path), str(progress)],
+                          env=_env(spec.get("tp", 1)), timeout=timeout, log=Path(tmp, "child.log"))
         steps = progress.read_text().splitlines() if progress.exists() else []
-        where = {"last_step": steps[-1] if steps else None, "steps": steps, "log": log.read_text()[-LOG_TAIL:]}
+        where = {"last_step": steps[-1] if steps else None, "steps": steps, "log": ended.tail(LOG_TAIL)}
         at = f" during step '{steps[-1]}'" if steps else " before its first step"
-        if returncode is None:
+        if ended.timed_out:
             return {"unconfirmed": f"the {spec['check']} check ran past {timeout:.0f} s{at}", **where}
         if out_path.exists():
             result = json.loads(out_path.read_text())
             if "error" in result or "unsupported" in result:
                 result["log"] = where["log"]
             return result
-        if returncode < 0:
-            return {"unconfirmed": f"the {spec['check']} check died by {_signal_text(returncode)}{at}",
-                    "signal": signal.Signals(-returncode).name if -returncode in signal.valid_signals() else None,
+        if ended.signal is not None:
+            return {"unconfirmed": f"the {spec['check']} check {ended.describe()}{at}", "signal": ended.signal,
                     **where}
-        return {"error": f"the {spec['check']} check exited with status {returncode} without a result{at}",
+        return {"error": f"the {spec['check']} check exited with status {ended.returncode} without a result{at}",
                 "traceback": where["log"], **where}
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 # Architectures the tiny-model builder makes, by the registry name vLLM dispatches on.
