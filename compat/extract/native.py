@@ -31,6 +31,10 @@ def main() -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--prompts", type=Path, required=True, help="JSON list of token-id lists")
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--max-model-len", type=int, default=512)
+    p.add_argument("--alone", type=int, default=0, help="then run the first N prompts one at a time too "
+                                                        "(alone.json): how much the build's own path varies with "
+                                                        "the batch")
     args = p.parse_args()
 
     import vllm
@@ -50,7 +54,7 @@ def main() -> None:
     layer_ids = [int(x) for x in args.layer_ids.split(",")]
     extra = {"max_num_batched_tokens": args.max_num_batched_tokens} if args.max_num_batched_tokens else {}
     # On CPU builds this fraction is of the host's memory, and some refuse to start when less is free.
-    llm = LLM(model=args.model, dtype=args.dtype, enforce_eager=True, max_model_len=512, seed=0,
+    llm = LLM(model=args.model, dtype=args.dtype, enforce_eager=True, max_model_len=args.max_model_len, seed=0,
               gpu_memory_utilization=0.3,
               speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
                                   "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": layer_ids}}},
@@ -59,15 +63,22 @@ def main() -> None:
               **extra)
     prompts = json.loads(args.prompts.read_text())
     greedy = SamplingParams(max_tokens=1, temperature=0.0)
-    outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompts], greedy)
-    records = []
-    for out in outputs:
-        path = out.kv_transfer_params["hidden_states_path"]
-        if hasattr(stock, "load_hidden_states"):
-            stock.load_hidden_states(path)  # waits on the writer's lock
-            stock.cleanup_hidden_states(path, keep_hidden_states=True)
-        records.append({"path": path, "prompt_token_ids": list(out.prompt_token_ids)})
-    (args.out / "manifest.json").write_text(json.dumps(records))
+
+    def written(outputs) -> list[dict]:
+        records = []
+        for out in outputs:
+            path = out.kv_transfer_params["hidden_states_path"]
+            if hasattr(stock, "load_hidden_states"):
+                stock.load_hidden_states(path)  # waits on the writer's lock
+                stock.cleanup_hidden_states(path, keep_hidden_states=True)
+            records.append({"path": path, "prompt_token_ids": list(out.prompt_token_ids)})
+        return records
+
+    batched = written(llm.generate([{"prompt_token_ids": ids} for ids in prompts], greedy))
+    (args.out / "manifest.json").write_text(json.dumps(batched))
+    alone = [written(llm.generate([{"prompt_token_ids": ids}], greedy, use_tqdm=False))[0]
+             for ids in prompts[:args.alone]]
+    (args.out / "alone.json").write_text(json.dumps(alone))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,11 @@
-"""A progress bar (``rich``, on standard error) over the engine child's samples, read from the file the
-runner rewrites after each batch; the engine's start-up shows as its own phase."""
+"""A progress bar (``rich``, on standard error) over the engine child's prompts, read from the file the runner
+rewrites after each call; the engine's start-up shows as its own phase."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from pathlib import Path
-
-POLL_S = 0.5
+from types import TracebackType
 
 
 def _done(progress: Path) -> tuple[str | None, int]:
@@ -19,21 +16,27 @@ def _done(progress: Path) -> tuple[str | None, int]:
         return None, 0  # not written yet (the engine is starting), or being replaced
 
 
-def follow(child: subprocess.Popen, progress: Path, total: int, timeout: float) -> int:
-    """Wait for ``child`` (raising ``TimeoutExpired`` past ``timeout``), showing its samples as they are saved."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+class Bar:
+    """``with Bar(progress_file, total) as bar:`` then ``bar.update()`` whenever (``compat.child.run``'s watch)."""
 
-    deadline = time.monotonic() + timeout
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("starting the engine", total=total)
-        while child.poll() is None:
-            if time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(child.args, timeout)
-            job, done = _done(progress)
-            if job is not None:
-                bar.update(task, completed=done, description=f"extracting ({job})")
-            time.sleep(POLL_S)
-        bar.update(task, completed=_done(progress)[1])
-    return child.returncode
+    def __init__(self, progress: Path, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = progress
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        self.bar = Progress(*columns, console=Console(stderr=True), transient=True)
+        self.task = self.bar.add_task("starting the engine", total=total)
+
+    def __enter__(self) -> Bar:
+        self.bar.__enter__()
+        return self
+
+    def update(self) -> None:
+        job, done = _done(self.progress)
+        if job is not None:
+            self.bar.update(self.task, completed=done, description=f"extracting ({job})")
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.bar.__exit__(kind, value, trace)

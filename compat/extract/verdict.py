@@ -31,14 +31,15 @@ def predictable(model: Path) -> bool:
 
 def exact_layers(out: Path, layer_ids: list[int]) -> tuple[str, ...]:
     """On the predictable model, the output of decoder layer ``k`` is ``k + 1`` in coordinates 1.. and
-    ``token_id + k + 1`` in coordinate 0: any other value is a fault (wrong layer, wrong order, wrong row)."""
+    ``token_id + k + 1`` in coordinate 0: any other value is a fault (wrong layer, wrong order, wrong row).
+    ``layer_ids``: in the order the generator says its samples hold them (its metadata)."""
     import torch
 
     faults: list[str] = []
     for path in sorted(out.glob("data_*.pt"), key=lambda p: int(p.stem.split("_")[1])):
         sample = torch.load(path, weights_only=True)
         ids = sample["input_ids"].to(torch.float64)
-        for slot, k in enumerate(sorted(layer_ids)):
+        for slot, k in enumerate(layer_ids):
             layer = sample["hidden_states"][slot].to(torch.float64)
             want_rest = torch.full_like(layer[:, 1:], float(k + 1))
             bad_rows = ((layer[:, 1:] != want_rest).any(dim=1) | (layer[:, 0] != ids + k + 1)).nonzero().flatten()
@@ -51,8 +52,9 @@ def exact_layers(out: Path, layer_ids: list[int]) -> tuple[str, ...]:
 
 
 def validate(out: Path, model: Path, layer_ids: list[int], dtype: str | None, samples: int) -> Validation:
-    """The gate over ``out`` with values and the HF reference on ``samples`` samples, and the exact check."""
-    options = GateOptions(paths=(out,), model=model, layer_ids=tuple(sorted(layer_ids)), dtype=dtype, values=True,
+    """The gate over ``out`` with values and the HF reference on ``samples`` samples, and the exact check;
+    ``layer_ids`` in the order the generator says its samples hold them."""
+    options = GateOptions(paths=(out,), model=model, layer_ids=tuple(layer_ids), dtype=dtype, values=True,
                           reference=model, reference_samples=samples)
     gate = run_gate(options)
     return Validation(gate, exact_layers(out, layer_ids) if predictable(model) else None)

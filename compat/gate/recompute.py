@@ -173,7 +173,7 @@ class ReferenceRun:
     """Each recomputed sample's comparison, then every candidate's token pairing (``compat.gate.pairing``)."""
 
 
-def _compare(stored, ref) -> tuple[float, float]:
+def compare(stored, ref) -> tuple[float, float]:
     """Relative L2 error over the sample, and the smallest per-token cosine.
 
     Row by row, not only in aggregate: a zero row against a non-zero state has cosine 0, and a row with a NaN
@@ -266,7 +266,7 @@ def _compare_sample(ref: HFReference, view: SampleView, exp: Expectations, numbe
     layer_ids = exp.stored_layer_ids(view) if numbering != "infer" else None
     matches = []
     for slot, x in enumerate(stored):
-        scores = {j: _compare(x, s) for j, s in states.items() if s.shape == x.shape}
+        scores = {j: compare(x, s) for j, s in states.items() if s.shape == x.shape}
         best = min(scores, key=lambda j: scores[j][0]) if scores else None
         target = wanted[slot] if wanted[slot] is not None else best
         rel, cos = scores.get(target, (float("inf"), -1.0))

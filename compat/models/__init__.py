@@ -3,7 +3,7 @@
 ``build(arch, directory)`` writes a Hugging Face model directory (``config.json``, ``model.safetensors``,
 ``tokenizer.json`` ...) that both ``transformers`` and vLLM load. Architectures:
 
-- ``llama``: LlamaForCausalLM, hidden 128, 4 layers, 4 heads / 2 KV heads, vocab 2000, 512 positions.
+- ``llama``: LlamaForCausalLM, hidden 128, 4 layers, 4 heads / 2 KV heads, vocab 2000, 2048 positions.
 - ``qwen3``: Qwen3ForCausalLM of the same size (head_dim 32, q/k norms).
 - ``deepseek_v3``: DeepseekV3ForCausalLM (MLA + MoE): 4 routed experts, 1 shared, first layer dense. The MLA
   latent is 576 (``kv_lora_rank=512``, ``qk_rope_head_dim=64``), the only size vLLM's CPU MLA backend runs.
@@ -43,7 +43,7 @@ class ModelSpec:
     hidden_size: int = 128
     num_layers: int = 4
     vocab_size: int = 2000
-    max_positions: int = 512
+    max_positions: int = 2048
     seed: int = 0
 
 
@@ -112,7 +112,7 @@ def _patch_config_json(path: Path, spec: ModelSpec) -> None:
 
 
 def build(arch: str, directory: str | os.PathLike, *, dtype: str = "float32", hidden_size: int = 128,
-          num_layers: int = 4, seed: int = 0, force: bool = False, max_positions: int = 512) -> BuiltModel:
+          num_layers: int = 4, seed: int = 0, force: bool = False, max_positions: int = 2048) -> BuiltModel:
     """Build a tiny ``arch`` model with random (or, for ``predictable``, known) weights into ``directory``.
 
     The directory appears whole or not at all (built beside it, then renamed). An existing non-empty

@@ -24,7 +24,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--hidden-size", type=int, default=128)
     b.add_argument("--layers", type=int, default=4)
     b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--max-positions", type=int, default=512, help="the model's context (default 512)")
+    b.add_argument("--max-positions", type=int, default=2048, help="the model's context (default 2048)")
     b.add_argument("--force", action="store_true", help="replace an existing directory")
     sub.add_parser("list", help="list the architectures")
     p.add_argument("--debug", action="store_true", help="show full tracebacks for internal errors")
