@@ -298,3 +298,15 @@ def test_samples_beyond_the_dtype_bound_vary_only_within_what_the_builds_own_pat
     assert c.realistic(made.run()).state == FAIL  # not measured: the dtype's bound stands
     made.job("main", "realistic", [[0, 1, 2]], samples={1: near, 2: far})
     assert c.realistic(made.run(shaky)).state == FAIL
+
+
+def test_realistic_says_how_the_scheduler_split_and_reordered_the_calls(tmp_path):
+    """vLLM 0.11.0 without chunked prefill leaves a prompt that does not fit a step for later and runs the next
+    first: the evidence counts it, read from the steps (prompt 1 first computed in step 0, prompt 0 in step 1)."""
+    made = Made(tmp_path, _prompts())
+    made.engine("main", budget=25, max_num_seqs=4)
+    steps = _steps([(1, 0, 21, 21)], [(0, 0, 20, 20), (2, 0, 5, 22)], [(2, 5, 17, 22)])
+    made.job("main", "realistic", [[0, 1, 2]], steps=[steps])
+    check = c.realistic(made.run())
+    assert check.evidence["run_ahead"] == 1 and check.evidence["split_prompts"] == 1
+    assert "ran 1 ahead" in check.message and check.state == PASS

@@ -193,6 +193,20 @@ def _split(calls: list[dict]) -> dict[int, list[tuple[int, int, int]]]:
     return chunks
 
 
+def _ahead(calls: list[dict]) -> int:
+    """Prompts the scheduler started in an earlier step than a prompt added before them (without chunked prefill,
+    vLLM 0.11.0 leaves a prompt that does not fit what is left of a step for later and goes on with the next)."""
+    count = 0
+    for call in calls:
+        first: dict[int, int] = {}
+        for number, step in enumerate(call.get("steps", [])):
+            for index, *_ in step["chunks"]:
+                first.setdefault(index, number)
+        order = sorted(i for i in first if i >= 0)
+        count += sum(1 for a, b in zip(order, order[1:]) if first[b] < first[a])
+    return count
+
+
 def _verdict(faults: list[str], passed: str, failed: str, evidence: dict, name: str, run: Run | None = None) -> Check:
     if faults:
         return Check(name, FAIL, f"{failed}: {len(faults)} wrong: {_listed(faults)}", evidence)
@@ -215,13 +229,16 @@ def realistic(run: Run) -> Check:
         return Check("realistic", NOT_RUN, "the realistic job did not run")
     share = facts["budget"] / facts["max_num_seqs"]
     mean = sum(lengths) / len(lengths)
+    ahead = _ahead(calls)
     evidence = {"prompts": len(lengths), "calls": len(calls), "mean_length": round(mean, 1),
                 "longest": max(lengths), "budget": facts["budget"], "max_num_seqs": facts["max_num_seqs"],
                 "steps": sum(len(c.get("steps", [])) for c in calls),
-                "largest_step_tokens": max((s["tokens"] for c in calls for s in c.get("steps", [])), default=0)}
+                "largest_step_tokens": max((s["tokens"] for c in calls for s in c.get("steps", [])), default=0),
+                "split_prompts": len(_split(calls)), "run_ahead": ahead}
     faults = _errors(calls) + run.judged(items, run.layer_ids("main"), {p for c in calls for p in c["prompts"]})
     what = (f"{len(lengths)} prompts over {len(calls)} calls (mean {mean:.0f} tokens, longest {max(lengths)}; a "
-            f"step takes {facts['budget']} tokens and {facts['max_num_seqs']} sequences)")
+            f"step takes {facts['budget']} tokens and {facts['max_num_seqs']} sequences; the scheduler split "
+            f"{evidence['split_prompts']} prompts across steps and ran {ahead} ahead of one added before them)")
     if not faults and mean <= share:
         return Check("realistic", NOT_RUN, f"{what}: the mean length is not above budget / sequences ({share:.0f}), "
                      "so no step filled up by tokens; give the model a longer context", evidence)
