@@ -89,19 +89,23 @@ def run_child(args: list[str], env: dict, log: Path) -> None:
 
 
 def generator_seconds(model: Path, staged: Path, prompts, batches, warmup, dtype, repeat, work: Path) -> list[float]:
-    jobs = [{"name": "warmup", "out": str(work / "gen-warmup"), "batches": warmup}]
-    jobs += [{"name": f"pass{i}", "out": str(work / f"gen-{i}"), "batches": batches} for i in range(repeat)]
-    spec = {"generator": GENERATOR, "model": str(model), "layer_ids": [0, 2, 3], "max_model_len": MAX_MODEL_LEN,
-            "tensor_parallel_size": 1, "dtype": dtype, "prompts": prompts, "jobs": jobs}
+    jobs = [{"name": "warmup", "out": str(work / "gen-warmup"), "calls": warmup}]
+    jobs += [{"name": f"pass{i}", "out": str(work / f"gen-{i}"), "calls": batches} for i in range(repeat)]
+    spec = {"generator": GENERATOR, "model": str(model), "max_model_len": MAX_MODEL_LEN, "tensor_parallel_size": 1,
+            "dtype": dtype, "prompts": prompts,
+            "engines": [{"name": "bench", "layer_ids": [0, 2, 3], "jobs": jobs}]}
     (work / "gen.json").write_text(json.dumps(spec))
     run_child(["-m", "compat.extract.runner", str(work / "gen.json"), str(work / "gen-result.json")],
               child_env(staged, 1), work / "gen.log")
     result = json.loads((work / "gen-result.json").read_text())
-    if "error" in result:
-        sys.exit(f"extract_speed: the generator failed: {result['error']}\n{result.get('traceback', '')}")
+    engine = result.get("engines", {}).get("bench", {})
+    failed = result.get("error") or engine.get("start_error") or next(
+        (c["error"] for job in engine.get("jobs", {}).values() for c in job["calls"] if c.get("error")), None)
+    if failed:
+        sys.exit(f"extract_speed: the generator failed: {failed}\n{result.get('traceback', '')}")
     # In generate() (the capture and the transfer of the captured states included), and with saving each sample.
-    return ([result["jobs"][f"pass{i}"]["generate_s"] for i in range(repeat)],
-            [result["jobs"][f"pass{i}"]["seconds"] for i in range(repeat)])
+    return ([engine["jobs"][f"pass{i}"]["generate_s"] for i in range(repeat)],
+            [engine["jobs"][f"pass{i}"]["seconds"] for i in range(repeat)])
 
 
 def prefill_seconds(model: Path, prompts, batches, warmup, dtype, repeat, work: Path, executor: str | None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 from compat.consumer.model import Kind, TouchPoint
 from compat.facts import defaults
@@ -169,7 +170,9 @@ class DefaultsProbe(Probe):
         if setters:
             when = f"if {setters[-1].condition}" if setters[-1].condition else "whatever is passed"
             fix += f" (but {short(setters[-1].by)} sets it {when}, so the value passed may not be kept)"
-        return self.finding(tp, status, head + tail, new.declared_at, evidence, fix, symbol=f"{tp.symbol}.{new.name}")
+        found = self.finding(tp, status, head + tail, new.declared_at, evidence, fix, symbol=f"{tp.symbol}.{new.name}")
+        # One identity per field (the matrix's rows, bisection): several fields of one call change at different builds.
+        return replace(found, touchpoint=found.symbol)
 
 
 PROBE = DefaultsProbe(

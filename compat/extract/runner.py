@@ -17,8 +17,8 @@ ones: the prompts carry no chat roles).
 The evidence comes from the engine, not from the consumer: the scheduler's own output of every step (which
 requests it scheduled, how many tokens of each, from which position: a prompt split across steps, a preempted
 request computed again from its start, a step at the sequence limit), how many requests the scheduler and the
-workers still hold after each call, and the warnings the call emitted. RESULT gets it with timings, the saved
-files, and any error with its traceback.
+workers still hold after each call, and the warnings the call emitted. RESULT gets it with timings (each job's
+``seconds``, of which ``generate_s`` in the generator), the saved files, and any error with its traceback.
 """
 
 from __future__ import annotations
@@ -193,6 +193,7 @@ def _job(generator: Any, watch: Watch, job: dict, prompts: list[list[int]], prog
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     files, calls, tokens, generating = [], [], 0, 0.0
+    began = time.perf_counter()
     for number, batch in enumerate(job["calls"]):
         if job.get("fault") is not None and number == 0:
             generator.executor.collective_rpc(_install_fault, args=(job["fault"],))
@@ -217,7 +218,8 @@ def _job(generator: Any, watch: Watch, job: dict, prompts: list[list[int]], prog
         done[0] += len(batch)
         if progress is not None:
             atomic_write_text(progress, json.dumps({"job": job["name"], "done": done[0]}))
-    return {"files": files, "calls": calls, "tokens": tokens, "generate_s": round(generating, 3)}
+    return {"files": files, "calls": calls, "tokens": tokens, "generate_s": round(generating, 3),
+            "seconds": round(time.perf_counter() - began, 3)}
 
 
 def _engine_facts(generator: Any) -> dict:
