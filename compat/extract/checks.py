@@ -67,6 +67,8 @@ class Run:
     """vLLM's own extraction of the realistic prompts (``native_states``), where it ran."""
     varied: list[str] = field(default_factory=list)
     """Samples of the check being judged that are beyond the dtype's bound but within ``band``."""
+    worst: float = 0.0
+    """The largest relative error against the reference of the samples the check being judged graded."""
     _states: dict = field(default_factory=dict)
 
     @property
@@ -139,6 +141,7 @@ class Run:
             rel, cos = compare(layer, ref)
             if not rel <= worst:
                 worst, why = rel, f"layer {k} (slot {slot}): relative error {rel:.3g}, smallest cosine {cos:.3f}"
+        self.worst = max(self.worst, worst)
         if worst <= self.tolerance:
             return PASS, None
         band = self.band
@@ -242,8 +245,9 @@ def realistic(run: Run) -> Check:
     if not faults and mean <= share:
         return Check("realistic", NOT_RUN, f"{what}: the mean length is not above budget / sequences ({share:.0f}), "
                      "so no step filled up by tokens; give the model a longer context", evidence)
-    return _verdict(faults, f"{what}: every sample equals the reference within {run.tolerance:g}",
-                    what, evidence, "realistic", run)
+    evidence["largest_relative_error"] = run.worst
+    return _verdict(faults, f"{what}: every sample equals the reference within {run.tolerance:g} (largest "
+                    f"relative error {run.worst:.2g})", what, evidence, "realistic", run)
 
 
 def split(run: Run) -> Check:
@@ -534,7 +538,7 @@ CHECKS = {"realistic": realistic, "split": split, "seq-limit": seq_limit, "preem
 def evaluate(run: Run, names: tuple[str, ...]) -> list[Check]:
     found = []
     for name in names:
-        run.varied = []
+        run.varied, run.worst = [], 0.0
         found.append(CHECKS[name](run))
     return found
 
