@@ -470,3 +470,32 @@ def test_a_rewrite_under_an_environment_variable_applies_as_the_variable_default
     found = surface.fact(defaults.FACT, "vllm.config.ModelConfig", "")
     assert found.get("seed").effective == "0"
     assert found.get("note").effective == "None"
+
+
+def test_a_class_method_that_only_builds_the_class_reads_as_the_class_default(tmp_path, monkeypatch):
+    """vLLM 0.12.0 on: ``field(default_factory=SchedulerConfig.default_factory)``, a static method that fills
+    the ``InitVar``s and returns ``SchedulerConfig(**kwargs)``; a caller leaving the field out is given
+    ``SchedulerConfig()`` as before, so the field must not read as changed. A method that builds anything else
+    keeps its own name."""
+    monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
+    factory = """
+        @staticmethod
+        def default_factory(**kwargs):
+            if "max_model_len" not in kwargs:
+                kwargs["max_model_len"] = 8192
+            return SchedulerConfig(**kwargs)
+
+        @staticmethod
+        def tuned():
+            return SchedulerConfig(max_num_seqs=TUNED)
+"""
+    scheduler = textwrap.dedent(NEW["vllm/config/scheduler.py"]).replace(
+        "    @property", textwrap.indent(textwrap.dedent(factory), "    ") + "\n    @property")
+    config = NEW["vllm/config/vllm.py"].replace(
+        "field(default_factory=SchedulerConfig)", "field(default_factory=SchedulerConfig.default_factory)").replace(
+        "field(default_factory=CacheConfig)", "field(default_factory=SchedulerConfig.tuned)")
+    new = open_build(str(_write(tmp_path / "new", NEW | {"vllm/config/scheduler.py": scheduler,
+                                                          "vllm/config/vllm.py": config}))).surface
+    made = new.fact(defaults.FACT, "vllm.config.VllmConfig")
+    assert made.get("scheduler_config").default == "SchedulerConfig()"
+    assert made.get("cache_config").default == "SchedulerConfig.tuned()"

@@ -111,6 +111,32 @@ def _names_field(surface: StaticSurface, info: ModuleInfo, value: ast.expr) -> t
     return found, name
 
 
+def _made_by(surface: StaticSurface, info: ModuleInfo, factory: ast.expr) -> str:
+    """What a factory makes, as a call: ``X()``; a class's own method that only builds that class with its
+    defaults (``SchedulerConfig.default_factory``, which fills the ``InitVar``s ``SchedulerConfig()`` required
+    from vLLM 0.12.0) is ``SchedulerConfig()`` too, since that is what it makes."""
+    text = f"{ast.unparse(factory)}()"
+    if not isinstance(factory, ast.Attribute):
+        return text
+    owner = surface.resolve_expr(info, factory.value)
+    code = method(surface, owner, factory.attr) if isinstance(owner, Found) and owner.kind == "class" else None
+    if code is None:
+        return text
+    params = {a.arg for a in code.node.args.args + code.node.args.kwonlyargs}
+    if code.node.args.kwarg is not None:
+        params.add(code.node.args.kwarg.arg)
+    returns = [n.value for n in ast.walk(code.node) if isinstance(n, ast.Return) and n.value is not None]
+    built = [r for r in returns if isinstance(r, ast.Call) and isinstance(surface.resolve_expr(code.module, r.func),
+                                                                             Found)
+             and surface.resolve_expr(code.module, r.func).path == owner.path]
+    # Every return builds the class, from nothing but the method's own (caller-given, here absent) arguments.
+    if built and len(built) == len(returns) and all(
+            {n.id for n in ast.walk(arg) if isinstance(n, ast.Name)} <= params
+            for call in built for arg in [*call.args, *(k.value for k in call.keywords)]):
+        return f"{ast.unparse(factory.value)}()"
+    return text
+
+
 def declared(surface: StaticSurface, owner: Found, name: str, depth: int = 0) -> Declared:
     """What a caller that leaves ``name`` out of ``owner(...)`` is given, as the class body declares it.
 
@@ -134,7 +160,7 @@ def declared(surface: StaticSurface, owner: Found, name: str, depth: int = 0) ->
         if isinstance(value, ast.Call) else None
     if factory is not None:
         made = ast.unparse(factory.body) if isinstance(factory, ast.Lambda) else \
-            _EMPTY.get(ast.unparse(factory), f"{ast.unparse(factory)}()")
+            _EMPTY.get(ast.unparse(factory), _made_by(surface, defined.module, factory))
         return Declared(made, where)
     named = _names_field(surface, defined.module, value)
     if named is not None and named[0].path != owner.path:
