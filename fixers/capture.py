@@ -40,8 +40,9 @@ _RECORDS = []
 
 
 def _capture_records(worker=None):
-    """Run in a worker (``collective_rpc``): what ``_RECORDS`` holds."""
-    return list(_RECORDS)
+    """Run in a worker (``collective_rpc``): what ``_RECORDS`` holds, on the CPU (the hooks keep device copies, so
+    that a forward pass never waits for the device)."""
+    return [tuple(x.to("cpu") if hasattr(x, "to") else x for x in record) for record in _RECORDS]
 
 
 def _clear_capture_records(worker=None):
@@ -112,8 +113,9 @@ def capture_layers(model, layer_ids, store, when, value, runner=None):
                 store(list(captured))
                 captured.clear()
                 positions, ids = seen.pop("positions", None), seen.pop("input_ids", None)
-                _RECORDS.append((positions.detach().to("cpu", copy=True) if positions is not None else None,
-                                 ids.detach().to("cpu", copy=True) if ids is not None else None,
+                # Copies on the device (the runner reuses its input buffers): no wait for the device per pass.
+                _RECORDS.append((positions.detach().clone() if positions is not None else None,
+                                 ids.detach().clone() if ids is not None else None,
                                  seen.pop("order", None)))
 
         return hook

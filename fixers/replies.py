@@ -10,12 +10,97 @@ from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from fixers import Fixer
 
 CODE = '''
+_SHARE_CUDA = os.environ.get("COMPAT_CUDA_IPC", "1").lower() not in ("0", "false", "no")
+"""Send the device tensors of a one-rank reply by CUDA IPC handle (``COMPAT_CUDA_IPC=0``: pickled, as vLLM does)."""
+_HELD = {}
+"""In a worker process, by worker: the last reply sent by handle, kept so that a caller that cannot open the handles
+asks again."""
+
+
 def collective_rpc(executor, method, *args, unique_reply_rank=None, **kwargs):
     """``executor.collective_rpc(...)`` with the reply always a list, one entry per worker that answered:
     with ``unique_reply_rank`` a one-entry list holding that worker's value, in every build (asking every
-    worker and keeping the chosen rank's reply, since without a rank every audited build answers per worker)."""
-    replies = executor.collective_rpc(method, *args, **kwargs)
-    return replies if unique_reply_rank is None else [replies[unique_reply_rank]]
+    worker and keeping the chosen rank's reply, since without a rank every audited build answers per worker).
+    The chosen rank's device tensors come by CUDA IPC handle, opened here on the same device (vLLM pickles a
+    device tensor through the CPU: a copy to the host, the bytes through its message queue, a copy back); where a
+    handle cannot be opened the reply is asked for again, pickled, and later replies are pickled too."""
+    global _SHARE_CUDA
+    if unique_reply_rank is None or args or not _SHARE_CUDA or not set(kwargs) <= {"args", "kwargs", "timeout"}:
+        replies = executor.collective_rpc(method, *args, **kwargs)
+        return replies if unique_reply_rank is None else [replies[unique_reply_rank]]
+    call = (method, tuple(kwargs.pop("args", ()) or ()), dict(kwargs.pop("kwargs", None) or {}))
+    reply = executor.collective_rpc(_reply_by_handle, args=call, **kwargs)[unique_reply_rank]
+    failed = []
+    reply = _opened(reply, failed)
+    if failed:
+        _SHARE_CUDA = False
+        warnings.warn(f"a CUDA IPC handle could not be opened ({failed[0]}); replies are pickled from now on",
+                      RuntimeWarning, stacklevel=2)
+        reply = executor.collective_rpc(_held_reply, **kwargs)[unique_reply_rank]
+    return [reply]
+
+
+def _reply_by_handle(worker, method, args, kwargs):
+    """Run in a worker: ``method``'s reply with its device tensors as IPC handles."""
+    run = getattr(worker, method) if isinstance(method, str) else functools.partial(method, worker)
+    reply = run(*args, **kwargs)
+    _HELD[id(worker)] = reply
+    return _by_handle(reply)
+
+
+def _held_reply(worker=None):
+    """Run in a worker: the last reply sent by handle, as it is (pickled by vLLM)."""
+    return _HELD.get(id(worker))
+
+
+def _by_handle(value):
+    if type(value) in (list, tuple):
+        return type(value)(_by_handle(v) for v in value)
+    if type(value) is dict:
+        return {k: _by_handle(v) for k, v in value.items()}
+    if getattr(value, "is_cuda", False):
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        try:
+            return _DeviceTensor(*reduce_tensor(value))
+        except Exception:  # noqa: BLE001 - memory that cannot be shared (expandable segments...) goes pickled
+            return value
+    return value
+
+
+class _DeviceTensor:
+    """A device tensor's CUDA IPC handle (``torch.multiprocessing``'s own reduction), opened where it arrives."""
+
+    def __init__(self, rebuild, args):
+        self.rebuild, self.args = rebuild, args
+
+    def __reduce__(self):
+        return _open_handle, (self.rebuild, self.args)
+
+
+class _Unopened:
+    def __init__(self, error):
+        self.error = error
+
+
+def _open_handle(rebuild, args):
+    """Unpickled where the reply arrives: the tensor, or why its handle did not open (never an exception inside
+    vLLM's message queue)."""
+    try:
+        return rebuild(*args)
+    except Exception as exc:  # noqa: BLE001 - the caller asks for the reply again, pickled
+        return _Unopened(f"{type(exc).__name__}: {exc}")
+
+
+def _opened(value, failed):
+    if isinstance(value, _Unopened):
+        failed.append(value.error)
+        return None
+    if type(value) in (list, tuple):
+        return type(value)(_opened(v, failed) for v in value)
+    if type(value) is dict:
+        return {k: _opened(v, failed) for k, v in value.items()}
+    return value
 '''
 
 
