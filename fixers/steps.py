@@ -206,8 +206,11 @@ def by_request(scheduler, executor, replies, layer_ids=None, unique_reply_rank=N
             raise RuntimeError(f"request {rid}: no hidden state for {len(missing) if length else 'any'} of its "
                                f"{length} positions")
         index += [rows[p] for p in range(length)]
-    where = torch.tensor(index, dtype=torch.long, device=layers[0].device)
-    ordered = [layer.index_select(0, where) for layer in layers]
+    if index == list(range(total)):
+        ordered = list(layers)  # each prompt's rows already follow the one before (whole or split in order)
+    else:
+        where = torch.tensor(index, dtype=torch.long, device=layers[0].device)
+        ordered = [layer.index_select(0, where) for layer in layers]
     if layer_ids is not None:
         captured = sorted(set(layer_ids))
         ordered = [ordered[captured.index(k)] for k in layer_ids]
