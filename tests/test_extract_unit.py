@@ -4,6 +4,8 @@ fails when the samples are wrong), and the reason a failed reference run gives."
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -310,3 +312,38 @@ def test_realistic_says_how_the_scheduler_split_and_reordered_the_calls(tmp_path
     check = c.realistic(made.run())
     assert check.evidence["run_ahead"] == 1 and check.evidence["split_prompts"] == 1
     assert "ran 1 ahead" in check.message and check.state == PASS
+
+
+def test_the_writer_saves_from_threads_and_raises_what_a_write_met(tmp_path):
+    import torch
+
+    from compat.extract.runner import Writer
+
+    writer = Writer(threads=2)
+    samples = [{"input_ids": torch.arange(n), "hidden_states": [torch.ones(n, 4)], "loss_mask": None} for n in (3, 5)]
+    for number, sample in enumerate(samples):
+        writer.save(sample, tmp_path / f"data_{number}.pt")
+    writer.wait()
+    loaded = torch.load(tmp_path / "data_1.pt")
+    assert loaded["input_ids"].tolist() == list(range(5)) and loaded["loss_mask"].tolist() == [1] * 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data_0.pt", "data_1.pt"]  # no .tmp left
+    writer.save(samples[0], tmp_path / "missing" / "data_2.pt")
+    with pytest.raises(RuntimeError, match="does not exist"):
+        writer.close()
+
+
+def test_the_profile_splits_time_by_the_module_s_functions_and_puts_them_back(monkeypatch):
+    import types
+
+    from compat.extract.runner import Profile
+
+    module = types.ModuleType("compat_profiled_under_test")
+    module.run_steps = lambda n: sum(range(n))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    original = module.run_steps
+    profile = Profile(module.__name__, ("run_steps", "absent"))
+    assert module.run_steps(1000) == sum(range(1000)) and module.run_steps is not original
+    taken = profile.take()
+    assert set(taken) == {"run_steps"} and taken["run_steps"] >= 0 and profile.take() == {}
+    profile.remove()
+    assert module.run_steps is original

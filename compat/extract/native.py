@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 NOT_HERE = "compat.extract.native: "
@@ -32,6 +33,8 @@ def main() -> None:
     p.add_argument("--prompts", type=Path, required=True, help="JSON list of token-id lists")
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--max-model-len", type=int, default=512)
+    p.add_argument("--seconds", type=Path, help="write {seconds, tokens} of the batched run here (from the call "
+                                                 "until the last file is written)")
     p.add_argument("--alone", type=int, default=0, help="then run the first N prompts one at a time too "
                                                         "(alone.json): how much the build's own path varies with "
                                                         "the batch")
@@ -46,9 +49,12 @@ def main() -> None:
         sys.exit(f"{NOT_HERE}vLLM {vllm.__version__} has no hidden-states connector, so no extract_hidden_states "
                  f"path ({type(exc).__name__}: {exc})")
 
-    # Builds whose connector copies on a CUDA stream and writes from a thread pool (it has PendingSave) get the
-    # synchronous CPU subclass; earlier ones (0.17.0 ...) write each file in save_kv_layer, on CPU too.
-    writes_later = hasattr(stock, "PendingSave")
+    import torch
+
+    # Without CUDA, builds whose connector copies on a CUDA stream and writes from a thread pool (it has
+    # PendingSave) get the synchronous CPU subclass; earlier ones (0.17.0 ...) write each file in save_kv_layer,
+    # on CPU too. With CUDA the stock connector runs.
+    writes_later = hasattr(stock, "PendingSave") and not torch.cuda.is_available()
     connector = ({"kv_connector": "SyncHiddenStatesConnector", "kv_connector_module_path": "compat.cpu_connector"}
                  if writes_later else {"kv_connector": "ExampleHiddenStatesConnector"})
     layer_ids = [int(x) for x in args.layer_ids.split(",")]
@@ -74,7 +80,13 @@ def main() -> None:
             records.append({"path": path, "prompt_token_ids": list(out.prompt_token_ids)})
         return records
 
+    if args.seconds:  # timed: warm up first (its file is not in the manifest)
+        written(llm.generate([{"prompt_token_ids": ids} for ids in prompts[:1]], greedy, use_tqdm=False))
+    began = time.perf_counter()
     batched = written(llm.generate([{"prompt_token_ids": ids} for ids in prompts], greedy))
+    if args.seconds:
+        args.seconds.write_text(json.dumps({"seconds": time.perf_counter() - began,
+                                            "tokens": sum(len(ids) for ids in prompts)}))
     (args.out / "manifest.json").write_text(json.dumps(batched))
     alone = [written(llm.generate([{"prompt_token_ids": ids}], greedy, use_tqdm=False))[0]
              for ids in prompts[:args.alone]]

@@ -10,9 +10,12 @@ each call with ``{"job", "done"}``) and ``engines``: ``{"name", "layer_ids", "ov
 {...}, ...}, "jobs": [...]}``. ``overrides`` are keywords added to the consumer's own calls of those config
 classes (a KV cache made small on purpose), where the running build's class takes them. A job is ``{"name",
 "calls": [[prompt index, ...], ...], "out"}`` (``out``: where samples are saved, ``data_<n>.pt`` in call order),
-with ``"expect": "error"`` for calls that must raise, and ``"fault": k`` to make decoder layer ``k`` raise during
-its first call. Each sample is ``{"input_ids", "hidden_states": [per layer], "loss_mask"}`` (the loss mask all
-ones: the prompts carry no chat roles).
+with ``"expect": "error"`` for calls that must raise, ``"fault": k`` to make decoder layer ``k`` raise during
+its first call, and ``"set": {"module.attribute": value}`` for switches held during the job. Samples are written
+from threads (``Writer``) while the next call runs; a job's ``seconds`` ends once all are written. ``profile``
+(optional: the shim's module) splits each job's time by the shim functions in ``PROFILED``. Each sample is
+``{"input_ids", "hidden_states": [per layer], "loss_mask"}`` (the loss mask all ones: the prompts carry no chat
+roles).
 
 The evidence comes from the engine, not from the consumer: the scheduler's own output of every step (which
 requests it scheduled, how many tokens of each, from which position: a prompt split across steps, a preempted
@@ -37,6 +40,8 @@ from typing import Any
 from compat.cache import atomic_write_text
 
 FAULT = "compat.extract: a fault injected into decoder layer"
+PROFILED = ("begin_call", "run_steps", "collective_rpc", "by_request", "truncated")
+"""The shim's functions a call's time is split by (spec ``profile``: the shim's module)."""
 
 
 def _override(module: Any, name: str, extra: dict) -> list[str]:
@@ -66,6 +71,67 @@ def _save(sample: dict, path: Path) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(record, tmp)
     tmp.replace(path)
+
+
+class Writer:
+    """Saves samples from threads, so that writing one call's samples overlaps the next call's work on the engine
+    (``torch.save`` writes with the GIL released). ``wait()`` blocks until every file is written and raises the
+    first error a write met."""
+
+    def __init__(self, threads: int = 4) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="compat-writer")
+        self._pending: list = []
+
+    def save(self, sample: dict, path: Path) -> None:
+        self._pending.append(self._pool.submit(_save, sample, path))
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+class Profile:
+    """Seconds spent in named functions of a module (the shim's step loop, reply and reordering), per job: where
+    a call's time goes. Installed by wrapping the module's attributes, which the consumer looks up at each call."""
+
+    def __init__(self, module_name: str | None, names: tuple[str, ...]) -> None:
+        self.seconds: dict[str, float] = {}
+        self._restore: list[tuple[Any, str, Any]] = []
+        if not module_name:
+            return
+        module = importlib.import_module(module_name)
+        for name in names:
+            function = getattr(module, name, None)
+            if callable(function):
+                setattr(module, name, self._timed(name, function))
+                self._restore.append((module, name, function))
+
+    def _timed(self, name: str, function: Any) -> Any:
+        def timed(*args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - began
+
+        return timed
+
+    def take(self) -> dict[str, float]:
+        taken, self.seconds = {k: round(v, 3) for k, v in self.seconds.items()}, {}
+        return taken
+
+    def remove(self) -> None:
+        for module, name, function in self._restore:
+            setattr(module, name, function)
 
 
 class Watch:
@@ -187,39 +253,59 @@ def _call(generator: Any, watch: Watch, prompts: list[list[int]]) -> tuple[list[
     return samples, account
 
 
+def _set(assignments: dict[str, Any]) -> list[tuple[Any, str, Any]]:
+    """Set ``module.attribute`` values for one job (a shim's switch); what to restore."""
+    restore = []
+    for dotted, value in assignments.items():
+        module_name, _, name = dotted.rpartition(".")
+        module = importlib.import_module(module_name)
+        restore.append((module, name, getattr(module, name)))
+        setattr(module, name, value)
+    return restore
+
+
 def _job(generator: Any, watch: Watch, job: dict, prompts: list[list[int]], progress: Path | None,
-         done: list[int]) -> dict:
+         done: list[int], profile: Profile) -> dict:
     out = Path(job["out"]) if job.get("out") else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     files, calls, tokens, generating = [], [], 0, 0.0
+    restore = _set(job.get("set", {}))
+    writer = Writer()
+    profile.take()
     began = time.perf_counter()
-    for number, batch in enumerate(job["calls"]):
-        if job.get("fault") is not None and number == 0:
-            generator.executor.collective_rpc(_install_fault, args=(job["fault"],))
-        try:
-            samples, account = _call(generator, watch, [prompts[i] for i in batch])
-        finally:
+    try:
+        for number, batch in enumerate(job["calls"]):
             if job.get("fault") is not None and number == 0:
-                generator.executor.collective_rpc(_remove_fault)
-        account["prompts"] = batch
-        generating += account["seconds"]
-        if samples is not None:
-            account["samples"] = len(samples)
-            if len(samples) != len(batch):
-                account["error"] = account["error"] or f"{len(batch)} prompts gave {len(samples)} samples"
-            for index, sample in zip(batch, samples):
-                if out is not None:
-                    path = out / f"data_{len(files)}.pt"
-                    _save(sample, path)
-                    files.append({"file": path.name, "prompt": index, "call": number})
-                tokens += len(prompts[index])
-        calls.append(account)
-        done[0] += len(batch)
-        if progress is not None:
-            atomic_write_text(progress, json.dumps({"job": job["name"], "done": done[0]}))
+                generator.executor.collective_rpc(_install_fault, args=(job["fault"],))
+            try:
+                samples, account = _call(generator, watch, [prompts[i] for i in batch])
+            finally:
+                if job.get("fault") is not None and number == 0:
+                    generator.executor.collective_rpc(_remove_fault)
+            account["prompts"] = batch
+            generating += account["seconds"]
+            if samples is not None:
+                account["samples"] = len(samples)
+                if len(samples) != len(batch):
+                    account["error"] = account["error"] or f"{len(batch)} prompts gave {len(samples)} samples"
+                for index, sample in zip(batch, samples):
+                    if out is not None:
+                        path = out / f"data_{len(files)}.pt"
+                        writer.save(sample, path)
+                        files.append({"file": path.name, "prompt": index, "call": number})
+                    tokens += len(prompts[index])
+            calls.append(account)
+            done[0] += len(batch)
+            if progress is not None:
+                atomic_write_text(progress, json.dumps({"job": job["name"], "done": done[0]}))
+        writer.wait()
+    finally:
+        writer.close()
+        for module, name, value in restore:
+            setattr(module, name, value)
     return {"files": files, "calls": calls, "tokens": tokens, "generate_s": round(generating, 3),
-            "seconds": round(time.perf_counter() - began, 3)}
+            "seconds": round(time.perf_counter() - began, 3), "profile": profile.take()}
 
 
 def _engine_facts(generator: Any) -> dict:
@@ -260,10 +346,12 @@ def _engine(module: Any, cls: Any, spec: dict, engine: dict, progress: Path | No
         result: dict[str, Any] = {"applied": applied, "init_s": round(time.perf_counter() - started, 2),
                                   "facts": _engine_facts(generator), "jobs": {}}
         watch = Watch(generator.scheduler)
+        profile = Profile(spec.get("profile"), PROFILED)
         try:
             for job in engine["jobs"]:
-                result["jobs"][job["name"]] = _job(generator, watch, job, spec["prompts"], progress, done)
+                result["jobs"][job["name"]] = _job(generator, watch, job, spec["prompts"], progress, done, profile)
         finally:
+            profile.remove()
             executor = getattr(generator, "executor", None)
             if executor is not None:
                 executor.shutdown()
