@@ -85,3 +85,40 @@ def test_tolerances_by_dtype_and_model_type():
     loose = tolerance("float32", "deepseek_v3", None, None)
     assert loose.max_rel >= 0.05 and loose.min_cos <= 0.95
     assert tolerance("bfloat16", "llama", 0.5, 0.1) == type(loose)(0.5, 0.1)
+
+
+def test_a_16_bit_bound_comes_from_the_dtype_s_own_measured_error():
+    floor = tolerance("bfloat16", "llama", None, None)
+    assert tolerance("bfloat16", "llama", None, None, baseline=(0.001, 0.99999)) == floor  # the floor holds
+    wide = tolerance("bfloat16", "llama", None, None, baseline=(0.06, 0.99))
+    assert wide.max_rel == pytest.approx(0.12) and wide.min_cos == pytest.approx(0.98)
+    assert tolerance("bfloat16", "llama", 0.01, 0.5, baseline=(0.06, 0.99)) == type(floor)(0.01, 0.5)  # flags win
+
+
+def test_bfloat16_data_is_judged_against_hf_in_bfloat16(model, tmp_path):
+    """States of HF's own bfloat16 forward pass; the report carries the measured error of that dtype at each state
+    and the bound it gives. Stored one layer too deep, they still fail."""
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.bfloat16)
+    ids = torch.randint(3, 1000, (31,), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        hidden = hf(ids[None], output_hidden_states=True).hidden_states
+    write_speculators(tmp_path / "data_0.pt", ids, [hidden[1][0], hidden[3][0]])  # outputs of layers 0 and 2
+    write_data_config(tmp_path, [0, 2], 64)
+    result = run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model, dtype="bfloat16"))
+    assert result.exit_code == 0, [f.message for f in result.failing()]
+    for layer in result.reference["samples"][0]["layers"]:
+        assert 0 < layer["baseline_rel"] < 0.05 and layer["rel"] <= layer["max_rel"]
+        assert layer["max_rel"] == pytest.approx(max(0.03, 2 * layer["baseline_rel"]))
+        assert layer["other_rel"] > layer["max_rel"]
+    write_data_config(tmp_path, [1, 3], 64)
+    (f,) = run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model, dtype="bfloat16")).failing()
+    assert f.check == "reference" and "2 of 2 layers differ" in f.message
+
+
+def test_a_bound_as_wide_as_the_distance_to_another_state_decides_nothing(model, states, tmp_path):
+    ids, outs, _ = states
+    write_speculators(tmp_path / "data_0.pt", ids, [outs[1], outs[3]])
+    write_data_config(tmp_path, [1, 3], 64)
+    result = run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model, max_rel=5.0, min_cos=-1.0))
+    (f,) = [f for f in result.findings if f.check == "reference"]
+    assert f.status is Status.UNKNOWN and "cannot tell their state from another one" in f.message

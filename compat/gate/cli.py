@@ -52,6 +52,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", type=Path, metavar="MODEL_DIR",
                    help="recompute a sample of files with HF transformers on these weights and compare")
     p.add_argument("--reference-samples", type=int, default=4, help="samples to recompute (default 4)")
+    p.add_argument("--reference-device", default="cpu", help="where the float32 reference runs: cpu (default), "
+                                                             "cuda, or auto (CUDA when torch sees a device)")
     p.add_argument("--layer-numbering", default="auto",
                    help="what layer id k means: output (of decoder layer k; speculators), input (state entering "
                         "layer k; vLLM), auto (by layout; default)")
@@ -89,6 +91,7 @@ def options_from(args: argparse.Namespace) -> GateOptions:
         layers=args.layers, layer_ids=args.layer_ids, values=args.values,
         nonfinite=_choice(args.nonfinite, NONFINITE_POLICIES, "--nonfinite"), reference=args.reference,
         reference_samples=args.reference_samples,
+        reference_device=_choice(args.reference_device, ("cpu", "cuda", "auto"), "--reference-device"),
         layer_numbering=_choice(args.layer_numbering, NUMBERINGS, "--layer-numbering"), max_rel=args.max_rel,
         min_cos=args.min_cos, ignore=frozenset(args.ignore), strict=args.strict)
 

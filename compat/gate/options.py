@@ -22,6 +22,7 @@ class GateOptions:
     nonfinite: str = "fail"
     reference: Path | None = None
     reference_samples: int = 4
+    reference_device: str = "cpu"
     layer_numbering: str = "auto"
     max_rel: float | None = None
     min_cos: float | None = None
@@ -32,5 +33,6 @@ class GateOptions:
         """The report's ``options`` (schema ``compat.gate/1``)."""
         return {"layout": self.layout.value if self.layout else "auto", "values": self.values,
                 "nonfinite": self.nonfinite, "reference": str(self.reference) if self.reference else None,
-                "reference_samples": self.reference_samples, "layer_numbering": self.layer_numbering,
+                "reference_samples": self.reference_samples,
+                "reference_device": self.reference_device, "layer_numbering": self.layer_numbering,
                 "ignore": sorted(self.ignore), "strict": self.strict}
