@@ -79,7 +79,10 @@ class Auditor:
                                     fix="fix the vLLM installation (the traceback shows where the import failed)"))
         for problem in scan.problems:
             findings.append(Finding("scan", Status.ERROR, str(problem.location), str(problem.location), None,
-                                    problem.message, fix="fix the file's syntax; the rest was audited"))
+                                    problem.message, Evidence(traceback=problem.traceback or None),
+                                    fix="report the traceback: the scan could not read this code; the rest was "
+                                        "audited" if problem.traceback else "fix the file's syntax; the rest was "
+                                                                            "audited"))
         findings.extend(fold_consequences(annotate_runtime(run_probes(ctx))))
         for used in (surface, reference):
             if used is not None:

@@ -73,6 +73,21 @@ class ConsumerIndex:
     def add(self, module: ConsumerModule, text: str) -> None:
         """Index one module (``text``: its source, to skip the walk for extensions when it names none)."""
 
+        def inner(body: list[ast.stmt], prefix: str) -> None:
+            """Functions defined inside a function, as ``outer.inner`` (a forward installed with
+            ``types.MethodType(inner, model)`` is one of them); classes there are not the module's."""
+            for stmt in body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    qualname = f"{prefix}.{stmt.name}"
+                    self.functions.setdefault(qualname, stmt)
+                    self.function_files.setdefault(qualname, module.relpath)
+                    self.function_modules.setdefault(qualname, module.module)
+                    inner(stmt.body, qualname)
+                elif isinstance(stmt, (ast.If, ast.Try, ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While)):
+                    for block in (stmt.body, getattr(stmt, "orelse", []), getattr(stmt, "finalbody", []),
+                                  *(h.body for h in getattr(stmt, "handlers", []))):
+                        inner(block, prefix)
+
         def walk(body: list[ast.stmt], prefix: str, owner: IndexedClass | None) -> None:
             for stmt in body:
                 if isinstance(stmt, ast.ClassDef):
@@ -90,6 +105,7 @@ class ConsumerIndex:
                         owner.methods[stmt.name] = stmt
                     if stmt.returns is not None:
                         self.return_annotations[qualname] = stmt.returns
+                    inner(stmt.body, qualname)
                 elif isinstance(stmt, (ast.If, ast.Try)):
                     walk(stmt.body, prefix, owner)
                     walk(getattr(stmt, "orelse", []), prefix, owner)

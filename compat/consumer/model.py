@@ -148,6 +148,8 @@ class TouchPoint:
 class ScanProblem:
     location: Location
     message: str
+    traceback: str = ""
+    """Where the scan itself failed (a bug of the scan, not of the file); empty for a file that cannot be read."""
 
 
 @dataclass(frozen=True)

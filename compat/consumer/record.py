@@ -31,3 +31,5 @@ class ModuleRecord:
     attributes: ClassAttributes = field(default_factory=ClassAttributes)
     class_patches: list[ClassPatch] = field(default_factory=list)
     """What ``self.x = ...`` assignments in this module gave each class's attributes."""
+    failures: list[tuple[Location, str, str]] = field(default_factory=list)
+    """Top-level statements whose walk raised: where, ``Type: message``, the traceback (the rest was walked)."""

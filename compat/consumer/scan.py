@@ -8,9 +8,11 @@ judge each one against a build.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -98,6 +100,9 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False) 
         index.add(source, text)
         modules.append(source)
     records = _walk(index, modules, target)
+    problems += [ScanProblem(location, f"the scan failed on this statement ({message}); the rest of the file and "
+                                       "of the consumer was audited", trace)
+                 for record in records for location, message, trace in record.failures]
     reply_uses: dict[Location, list[ReplyUse]] = {}
     for record in records:
         for location, uses in record.reply_uses.items():
@@ -110,13 +115,26 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False) 
         ConsumerClass(info.qualname, Location(_module_relpath(modules, info.module), info.node.lineno),
                       tuple(sorted(info.methods)), info.bases)
         for info in index.classes.values())
+    read = (_guarded(problems, f.location, model_patch, index, f) for f in forwards)
+    model_patches = tuple(patch for patch in read if patch is not None)
+    loops = tuple(loop for source in modules
+                  for loop in _guarded(problems, Location(source.relpath, 0), step_loops, source) or ())
     return Scan(name=tree.name, version=tree.version, origin=tree.origin, target=target,
                 touchpoints=tuple(touchpoints), problems=tuple(problems), classes=classes,
                 worker_extensions=tuple(dict.fromkeys(index.extensions)),
                 written_for=written_for(tree.requires, target), files=count, root=str(tree.root),
-                model_patches=tuple(model_patch(index, f) for f in forwards), class_patches=patches,
-                step_loops=tuple(loop for source in modules for loop in step_loops(source)),
+                model_patches=model_patches, class_patches=patches, step_loops=loops,
                 left_out=tuple(left_out))
+
+
+def _guarded(problems: list[ScanProblem], where: Location, read: Any, *args: Any) -> Any:
+    """``read(*args)``, or None with the exception on record as a scan problem at ``where``."""
+    try:
+        return read(*args)
+    except Exception as exc:  # noqa: BLE001 - one error finding; the rest of the scan stands
+        problems.append(ScanProblem(where, f"the scan failed here ({type(exc).__name__}: {exc}); the rest of the "
+                                           "consumer was audited", traceback.format_exc()))
+        return None
 
 
 def _walk(index: ConsumerIndex, modules: list[ConsumerModule], target: str) -> list[ModuleRecord]:

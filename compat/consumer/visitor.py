@@ -7,6 +7,7 @@ assigned in one method (or module) is known in all; each walk records afresh, an
 from __future__ import annotations
 
 import ast
+import traceback
 
 from compat.consumer.expressions import ExpressionReader, is_class_like
 from compat.consumer.guards import GuardExpr, Imports, Not, involves_target
@@ -60,7 +61,7 @@ def _last_name(node: ast.expr) -> str:
 def walk_module(index: ConsumerIndex, known: ClassAttributes, source: ConsumerModule, target: str) -> ModuleRecord:
     """Walk one module once; ``known``: class attributes learnt so far (read, never changed)."""
     visitor = ModuleVisitor(index, known, source, target)
-    visitor.visit_block(source.tree.body)
+    visitor.visit_block(source.tree.body, top=True)
     return visitor.found
 
 
@@ -71,10 +72,19 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         qualname = self.index.definition(module, name)
         return Local(qualname) if qualname is not None else None
 
-    def visit_block(self, body: list[ast.stmt]) -> None:
+    def visit_block(self, body: list[ast.stmt], top: bool = False) -> None:
+        """Walk a block. ``top``: the module's own statements, each walked on its own, so that one the walk
+        cannot read (a scan bug) is a failure on record and the rest of the module is still walked."""
         pushed = 0
         for stmt in body:
-            self.visit(stmt)
+            if not top:
+                self.visit(stmt)
+            else:
+                try:
+                    self.visit(stmt)
+                except Exception as exc:  # noqa: BLE001 - reported as the scan's error finding, with its traceback
+                    self.found.failures.append((self.loc(stmt), f"{type(exc).__name__}: {exc}",
+                                                traceback.format_exc()))
             # `if not new_enough: return` guards everything after it in the block.
             if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body and isinstance(
                     stmt.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break)):
