@@ -106,3 +106,25 @@ def test_the_audit_reports_it_as_one_error_finding_with_its_traceback(tmp_path, 
     (error,) = [f for f in result.findings if f.check == "scan"]
     assert error.status is Status.ERROR and "KeyError" in error.message and "planted" in error.evidence.traceback
     assert any(f.check != "scan" and "second.py" in (f.consumer_location or "") for f in result.findings)
+
+
+def test_a_released_consumer_s_scan_is_kept_and_a_changed_scan_code_scans_again(tmp_path, monkeypatch):
+    from compat.consumer import scan as scanning
+    from compat.sources import SourceTree
+
+    monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
+    root = _tree(tmp_path / "c", TWO_FILES) / "pkg"
+    release = SourceTree(root, "pkg", "1.0", "release pkg==1.0 from the package index (sdist), read statically")
+    first = scanning.cached_scan(release)
+    assert len(list((tmp_path / "cache" / "scans").iterdir())) == 1
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("scanned again")
+
+    monkeypatch.setattr(scanning, "scan_tree", refuse)
+    assert scanning.cached_scan(release) == first  # read back, not scanned
+    with pytest.raises(AssertionError, match="scanned again"):  # a directory may change: always scanned
+        scanning.cached_scan(SourceTree(root, "pkg", None, f"directory {root}"))
+    monkeypatch.setattr(scanning, "_scan_code_hash", lambda: "another version of the scan")
+    with pytest.raises(AssertionError, match="scanned again"):
+        scanning.cached_scan(release)

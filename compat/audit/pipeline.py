@@ -13,7 +13,7 @@ from compat.audit import allowlist
 from compat.audit.result import AuditResult
 from compat.consumer.guards import GuardExpr, HasAttr, Imports, evaluate, render
 from compat.consumer.model import Scan, TouchPoint
-from compat.consumer.scan import scan_tree
+from compat.consumer.scan import cached_scan
 from compat.consumer.source import open_consumer
 from compat.errors import CompatError
 from compat.findings import Confirmation, Evidence, Finding, Status
@@ -51,8 +51,8 @@ class Auditor:
     options: AuditOptions = field(default_factory=AuditOptions)
 
     def scan_consumer(self) -> Scan:
-        return scan_tree(open_consumer(self.options.consumer, self.options.target), self.options.target,
-                         everything=self.options.all_files)
+        return cached_scan(open_consumer(self.options.consumer, self.options.target), self.options.target,
+                           everything=self.options.all_files)
 
     def run(self, scan: Scan | None = None, opened: OpenedBuild | None = None,
             written_for: Surface | None | str = "auto") -> AuditResult:

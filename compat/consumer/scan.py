@@ -8,6 +8,8 @@ judge each one against a build.
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 import traceback
 from collections.abc import Iterator
 from dataclasses import replace
@@ -125,6 +127,42 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False) 
                 written_for=written_for(tree.requires, target), files=count, root=str(tree.root),
                 model_patches=model_patches, class_patches=patches, step_loops=loops,
                 left_out=tuple(left_out))
+
+
+SCAN_CODE = ("compat/consumer", "compat/syntax.py", "compat/location.py", "compat/sources")
+"""What a scan's result depends on besides the consumer: a cached scan is keyed by these files' contents."""
+
+
+def cached_scan(tree: SourceTree, target: str = "vllm", everything: bool = False) -> Scan:
+    """``scan_tree``, kept in the cache for a released consumer (an immutable archive from the package index),
+    keyed by the release, the options and the scan's own code; other trees are scanned every time."""
+    if not tree.origin.startswith("release "):
+        return scan_tree(tree, target, everything)
+    from compat.cache import atomic_write_bytes, cache_dir
+
+    key = hashlib.sha256("\0".join([tree.name, str(tree.version), tree.origin, str(tree.root), target,
+                                    str(everything), _scan_code_hash()]).encode()).hexdigest()[:32]
+    path = cache_dir() / "scans" / f"{key}.pickle"
+    try:
+        cached = pickle.loads(path.read_bytes())
+        if isinstance(cached, Scan):
+            return cached
+    except Exception:  # noqa: BLE001 - absent, cut short or from another version: scan again
+        pass
+    scan = scan_tree(tree, target, everything)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
+    return scan
+
+
+def _scan_code_hash() -> str:
+    root = Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    for name in SCAN_CODE:
+        target = root / name
+        for file in sorted(target.rglob("*.py")) if target.is_dir() else [target]:
+            digest.update(file.relative_to(root).as_posix().encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
 
 
 def _guarded(problems: list[ScanProblem], where: Location, read: Any, *args: Any) -> Any:
