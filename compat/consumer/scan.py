@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import sys
 import traceback
 from collections.abc import Iterator
 from dataclasses import replace
@@ -141,7 +142,7 @@ def cached_scan(tree: SourceTree, target: str = "vllm", everything: bool = False
     from compat.cache import atomic_write_bytes, cache_dir
 
     key = hashlib.sha256("\0".join([tree.name, str(tree.version), tree.origin, str(tree.root), target,
-                                    str(everything), _scan_code_hash()]).encode()).hexdigest()[:32]
+                                    str(everything), sys.version, _scan_code_hash()]).encode()).hexdigest()[:32]
     path = cache_dir() / "scans" / f"{key}.pickle"
     try:
         cached = pickle.loads(path.read_bytes())
