@@ -128,3 +128,21 @@ def test_a_released_consumer_s_scan_is_kept_and_a_changed_scan_code_scans_again(
     monkeypatch.setattr(scanning, "_scan_code_hash", lambda: "another version of the scan")
     with pytest.raises(AssertionError, match="scanned again"):
         scanning.cached_scan(release)
+
+
+def test_a_scan_reports_its_progress_module_by_module(tmp_path):
+    root = _tree(tmp_path / "c", TWO_FILES)
+    seen: list[tuple[int, int]] = []
+    scan_tree(tree_from_path(root / "pkg"), progress=lambda done, total: seen.append((done, total)))
+    # Two modules name vLLM, each walked three times (attributes learnt in one are read in the other).
+    assert seen == [(n, 6) for n in range(1, 7)]
+
+
+def test_the_bar_names_what_it_counts():
+    import io
+
+    from compat.gate.progress import ProgressBar
+
+    stream = io.StringIO()
+    ProgressBar(stream, unit="module walks")(3, 6)
+    assert "3/6 module walks" in stream.getvalue()

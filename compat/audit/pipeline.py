@@ -51,8 +51,11 @@ class Auditor:
     options: AuditOptions = field(default_factory=AuditOptions)
 
     def scan_consumer(self) -> Scan:
+        from compat.gate.progress import ProgressBar
+
+        # A cold scan of a large consumer takes seconds: a bar on a terminal (never in logs or CI).
         return cached_scan(open_consumer(self.options.consumer, self.options.target), self.options.target,
-                           everything=self.options.all_files)
+                           everything=self.options.all_files, progress=ProgressBar.for_terminal(unit="module walks"))
 
     def run(self, scan: Scan | None = None, opened: OpenedBuild | None = None,
             written_for: Surface | None | str = "auto") -> AuditResult:

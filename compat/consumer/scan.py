@@ -12,7 +12,7 @@ import hashlib
 import pickle
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -73,9 +73,11 @@ def iter_files(tree: SourceTree) -> Iterator[tuple[Path, str, str]]:
         yield path, module_name(tree.root, path), _relpath(tree.root, path)
 
 
-def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False) -> Scan:
+def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False,
+              progress: Callable[[int, int], None] | None = None) -> Scan:
     """Scan a consumer's source tree for every touchpoint of ``target``: the files it ships, or with
-    ``everything`` its tests, examples and docs too."""
+    ``everything`` its tests, examples and docs too. ``progress(done, total)``: after each walk of a module (each
+    module is walked ``_PASSES`` times)."""
     index = ConsumerIndex()
     modules: list[ConsumerModule] = []
     problems: list[ScanProblem] = []
@@ -102,7 +104,7 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False) 
         source = ConsumerModule(module, relpath, module_ast, text.splitlines())
         index.add(source, text)
         modules.append(source)
-    records = _walk(index, modules, target)
+    records = _walk(index, modules, target, progress)
     problems += [ScanProblem(location, f"the scan failed on this statement ({message}); the rest of the file and "
                                        "of the consumer was audited", trace)
                  for record in records for location, message, trace in record.failures]
@@ -134,11 +136,12 @@ SCAN_CODE = ("compat/consumer", "compat/syntax.py", "compat/location.py", "compa
 """What a scan's result depends on besides the consumer: a cached scan is keyed by these files' contents."""
 
 
-def cached_scan(tree: SourceTree, target: str = "vllm", everything: bool = False) -> Scan:
+def cached_scan(tree: SourceTree, target: str = "vllm", everything: bool = False,
+                progress: Callable[[int, int], None] | None = None) -> Scan:
     """``scan_tree``, kept in the cache for a released consumer (an immutable archive from the package index),
     keyed by the release, the options and the scan's own code; other trees are scanned every time."""
     if not tree.origin.startswith("release "):
-        return scan_tree(tree, target, everything)
+        return scan_tree(tree, target, everything, progress)
     from compat.cache import atomic_write_bytes, cache_dir
 
     key = hashlib.sha256("\0".join([tree.name, str(tree.version), tree.origin, str(tree.root), target,
@@ -150,7 +153,7 @@ def cached_scan(tree: SourceTree, target: str = "vllm", everything: bool = False
             return cached
     except Exception:  # noqa: BLE001 - absent, cut short or from another version: scan again
         pass
-    scan = scan_tree(tree, target, everything)
+    scan = scan_tree(tree, target, everything, progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
     return scan
@@ -176,16 +179,21 @@ def _guarded(problems: list[ScanProblem], where: Location, read: Any, *args: Any
         return None
 
 
-def _walk(index: ConsumerIndex, modules: list[ConsumerModule], target: str) -> list[ModuleRecord]:
+def _walk(index: ConsumerIndex, modules: list[ConsumerModule], target: str,
+          progress: Callable[[int, int], None] | None = None) -> list[ModuleRecord]:
     """Walk every module ``_PASSES`` times; each walk sees the class attributes every earlier one learnt."""
     known = ClassAttributes()
     records: list[ModuleRecord] = []
+    total, done = _PASSES * len(modules), 0
     for _ in range(_PASSES):
         records = []
         for source in modules:
             record = walk_module(index, known, source, target)
             known.update(record.attributes)
             records.append(record)
+            done += 1
+            if progress is not None:
+                progress(done, total)
     return records
 
 
