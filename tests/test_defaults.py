@@ -24,6 +24,8 @@ from compat.sources import tree_from_path
 from compat.vllm.builds import open_build
 from probes.defaults import PROBE
 
+from .trees import write_tree
+
 COMMON = {
     "vllm/__init__.py": "",
     "vllm/config/__init__.py": """
@@ -213,20 +215,12 @@ CONSUMER = """
 """
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"))
-    return root
-
-
 @pytest.fixture
 def trees(tmp_path, monkeypatch):
     """(written-for surface, audited surface), each opened from a directory with ``open_build``."""
     monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
-    old = open_build(str(_write(tmp_path / "old", OLD))).surface
-    new = open_build(str(_write(tmp_path / "new", NEW))).surface
+    old = open_build(str(write_tree(tmp_path / "old", OLD))).surface
+    new = open_build(str(write_tree(tmp_path / "new", NEW))).surface
     return old, new
 
 
@@ -461,7 +455,7 @@ def test_a_rewrite_under_an_environment_variable_applies_as_the_variable_default
     """vLLM 0.11.0 sets ``seed = 0`` under ``envs.VLLM_USE_V1``, whose default is on: its default seed is 0, as in
     0.11.1, where the test is gone. A variable whose default is off keeps the field's declared default."""
     monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
-    tree = _write(tmp_path / "tree", {"vllm/__init__.py": "", "vllm/envs.py": ENVS,
+    tree = write_tree(tmp_path / "tree", {"vllm/__init__.py": "", "vllm/envs.py": ENVS,
                                       "vllm/config/__init__.py": "from vllm.config.model import ModelConfig\n",
                                       "vllm/config/model.py": MODEL})
     surface = open_build(str(tree)).surface
@@ -494,7 +488,7 @@ def test_a_class_method_that_only_builds_the_class_reads_as_the_class_default(tm
     config = NEW["vllm/config/vllm.py"].replace(
         "field(default_factory=SchedulerConfig)", "field(default_factory=SchedulerConfig.default_factory)").replace(
         "field(default_factory=CacheConfig)", "field(default_factory=SchedulerConfig.tuned)")
-    new = open_build(str(_write(tmp_path / "new", NEW | {"vllm/config/scheduler.py": scheduler,
+    new = open_build(str(write_tree(tmp_path / "new", NEW | {"vllm/config/scheduler.py": scheduler,
                                                           "vllm/config/vllm.py": config}))).surface
     made = new.fact(defaults.FACT, "vllm.config.VllmConfig")
     assert made.get("scheduler_config").default == "SchedulerConfig()"

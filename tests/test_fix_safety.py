@@ -38,6 +38,8 @@ from compat.fix.shim import assemble, exports
 from compat.sources import tree_from_path
 from compat.vllm.builds import open_build
 
+from .trees import write_tree
+
 GROUP = """
     import dataclasses
 
@@ -136,21 +138,13 @@ CONSUMER = {
 }
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"))
-    return root
-
-
 @pytest.fixture
 def builds(tmp_path, monkeypatch) -> dict[str, Path]:
     """The hand-made builds by version (0.0.1 and 0.3.0 are 0.2.0 under another version, outside the range)."""
     monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
-    made = {"0.1.0": _write(tmp_path / "old", OLD), "0.2.0": _write(tmp_path / "new", NEW)}
+    made = {"0.1.0": write_tree(tmp_path / "old", OLD), "0.2.0": write_tree(tmp_path / "new", NEW)}
     for version in ("0.0.1", "0.3.0"):
-        made[version] = _write(tmp_path / version, {**NEW, "vllm/__init__.py": f'__version__ = "{version}"\n'})
+        made[version] = write_tree(tmp_path / version, {**NEW, "vllm/__init__.py": f'__version__ = "{version}"\n'})
     return made
 
 
@@ -182,7 +176,7 @@ def _fix(root: Path, builds: dict[str, Path], versions=("0.1.0", "0.2.0")) -> Fi
 
 @pytest.fixture
 def patched(tmp_path, builds) -> tuple[Fix, Path]:
-    fix = _fix(_write(tmp_path / "consumer", CONSUMER), builds)
+    fix = _fix(write_tree(tmp_path / "consumer", CONSUMER), builds)
     return fix, write_copy(fix, tmp_path / "patched")
 
 
@@ -326,7 +320,7 @@ def test_the_reaudit_reads_every_use_of_a_wrapped_name(tmp_path, builds):
         def missing():
             return StatelessProcessGroup.not_there
     """}
-    fix = _fix(_write(tmp_path / "consumer", consumer), builds)
+    fix = _fix(write_tree(tmp_path / "consumer", consumer), builds)
     verification = verify(write_copy(fix, tmp_path / "patched"), fix)
     assert verification.claimed == ()
     reported = {(version, f.check, f.symbol) for version, f in verification.unhandled}
@@ -337,7 +331,7 @@ def test_the_reaudit_reads_every_use_of_a_wrapped_name(tmp_path, builds):
 def test_the_reaudit_reads_the_shim_and_the_vllm_names_its_functions_import(tmp_path, builds, deps):
     """A shim piece's vLLM import is made inside the function that uses it (nothing at import), where the
     re-audit reads it: a use of what the build lacks is reported, at the shim, as handled by no fixer."""
-    fix = _fix(_write(tmp_path / "consumer", CONSUMER), builds)
+    fix = _fix(write_tree(tmp_path / "consumer", CONSUMER), builds)
     piece = ShimPiece("probe:uses", 'def uses():\n    """Doc."""\n    return _Group.not_there\n', "a piece using vLLM",
                       imports=("from vllm.distributed.utils import StatelessProcessGroup as _Group",))
     plans = fix.plans + (FixerPlan("extra", pieces=[piece]),)
@@ -363,7 +357,7 @@ def test_the_calls_fixer_routes_every_import_of_the_class_in_the_file(tmp_path, 
 
             return StatelessProcessGroup(rank=1, world_size=2, socket=sock)
     """}
-    fix = _fix(_write(tmp_path / "consumer", consumer), builds)
+    fix = _fix(write_tree(tmp_path / "consumer", consumer), builds)
     root = write_copy(fix, tmp_path / "patched")
     text = (root / "pkg/group.py").read_text()
     assert text.count("from pkg._vllm_compat import StatelessProcessGroup") == 2 and "from vllm" not in text
@@ -373,7 +367,7 @@ def test_the_calls_fixer_routes_every_import_of_the_class_in_the_file(tmp_path, 
 def test_a_call_of_a_moved_name_that_no_longer_binds_where_it_moved_is_adjusted(tmp_path, builds, deps):
     """The audit reports such a call only as a use of the missing name (folded into the import's finding): the
     calls fixer adjusts it too, the re-audit reads it against the moved function, and it runs."""
-    moved = _write(tmp_path / "moved", {**NEW, "vllm/__init__.py": '__version__ = "0.4.0"\n'})
+    moved = write_tree(tmp_path / "moved", {**NEW, "vllm/__init__.py": '__version__ = "0.4.0"\n'})
     consumer = {"pkg/__init__.py": "", "pkg/eager.py": """
         from vllm.utils import helper
 
@@ -381,7 +375,7 @@ def test_a_call_of_a_moved_name_that_no_longer_binds_where_it_moved_is_adjusted(
         def twice(x):
             return helper(helper(x, scale=2))
     """}
-    fix = _fix(_write(tmp_path / "consumer", consumer), {**builds, "0.4.0": moved}, versions=("0.4.0",))
+    fix = _fix(write_tree(tmp_path / "consumer", consumer), {**builds, "0.4.0": moved}, versions=("0.4.0",))
     assert {p.fixer for p in fix.plans} >= {"imports", "calls"}
     root = write_copy(fix, tmp_path / "patched")
     verification = verify(root, fix)

@@ -22,6 +22,7 @@ from compat.vllm.surface import BuildInfo
 from fixers.protocol import FIXER as PROTOCOL_FIXER
 from tests.conftest import run_cli
 from tests.test_scan import by_kind, scan_source
+from tests.trees import write_tree
 
 VLLM = {
     "vllm/__init__.py": "",
@@ -80,10 +81,7 @@ from vllm.v1.executor.abstract import Executor
 
 
 def vllm_tree(root: Path) -> Path:
-    for name, text in VLLM.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    return root
+    return write_tree(root, VLLM)
 
 
 @pytest.fixture

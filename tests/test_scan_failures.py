@@ -3,7 +3,6 @@ traceback, and the rest of the file and of the consumer is still audited."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,8 @@ from compat.consumer import visitor
 from compat.consumer.scan import scan_tree
 from compat.findings import Status
 from compat.sources import tree_from_path
+
+from .trees import write_tree
 
 NESTED = '''
 import types
@@ -53,18 +54,10 @@ TWO_FILES = {
 }
 
 
-def _tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"))
-    return root
-
-
 def test_a_forward_defined_inside_a_function_is_read(tmp_path):
     """speculators-like code installs a function defined inside another one as a model's forward (a real
     plugin did; the scan then raised ``KeyError: 'pkg.mod.install.forward'``)."""
-    root = _tree(tmp_path / "c", {"pkg/__init__.py": "", "pkg/patch.py": NESTED})
+    root = write_tree(tmp_path / "c", {"pkg/__init__.py": "", "pkg/patch.py": NESTED})
     scan = scan_tree(tree_from_path(root / "pkg"))
     assert not scan.problems
     (patch,) = scan.model_patches
@@ -73,7 +66,7 @@ def test_a_forward_defined_inside_a_function_is_read(tmp_path):
 
 def _planted(tmp_path: Path, monkeypatch):
     """A consumer of two files scanned clean, and again with the walk raising on ``first.py``'s ``boom``."""
-    root = _tree(tmp_path / "c", TWO_FILES)
+    root = write_tree(tmp_path / "c", TWO_FILES)
     clean = scan_tree(tree_from_path(root / "pkg"))
     original = visitor.ModuleVisitor.visit_FunctionDef
 
@@ -113,7 +106,7 @@ def test_a_released_consumer_s_scan_is_kept_and_a_changed_scan_code_scans_again(
     from compat.sources import SourceTree
 
     monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
-    root = _tree(tmp_path / "c", TWO_FILES) / "pkg"
+    root = write_tree(tmp_path / "c", TWO_FILES) / "pkg"
     release = SourceTree(root, "pkg", "1.0", "release pkg==1.0 from the package index (sdist), read statically")
     first = scanning.cached_scan(release)
     assert len(list((tmp_path / "cache" / "scans").iterdir())) == 1
@@ -131,7 +124,7 @@ def test_a_released_consumer_s_scan_is_kept_and_a_changed_scan_code_scans_again(
 
 
 def test_a_scan_reports_its_progress_module_by_module(tmp_path):
-    root = _tree(tmp_path / "c", TWO_FILES)
+    root = write_tree(tmp_path / "c", TWO_FILES)
     seen: list[tuple[int, int]] = []
     scan_tree(tree_from_path(root / "pkg"), progress=lambda done, total: seen.append((done, total)))
     # Two modules name vLLM, each walked three times (attributes learnt in one are read in the other).
