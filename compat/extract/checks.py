@@ -147,10 +147,6 @@ class Run:
         band = self.band
         return (VARIES if band is not None and worst <= band else FAIL), why
 
-    def wrong(self, prompt: int, sample: dict, layer_ids: list[int]) -> str | None:
-        state, why = self.grade(prompt, sample, layer_ids)
-        return why if state != PASS else None
-
     def judged(self, items: list[tuple[int, dict]], layer_ids: list[int],
                expected: set[int] | None = None) -> list[str]:
         """The faults of samples (prompt, sample) against the reference, one line each, and of the ``expected``

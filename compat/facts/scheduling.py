@@ -15,9 +15,7 @@ import ast
 from dataclasses import dataclass
 
 from compat.facts import Fact
-from compat.facts.reading import loc, method
-from compat.signature import Signature
-from compat.vllm.definitions import definition
+from compat.facts.reading import declared, loc, method
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import Found
 
@@ -57,23 +55,12 @@ def _exits(node: ast.If) -> str | None:
     return None
 
 
-def _declared(surface: StaticSurface, config: str, field: str) -> tuple[str | None, str | None]:
-    """A config field's declared default and where the class body declares it."""
-    found = surface.lookup(config)
-    if not isinstance(found, Found):
-        return None, None
-    sig = surface.signature(found)
-    param = sig.get(field) if isinstance(sig, Signature) else None
-    member = surface.member(found, field)
-    defined = definition(member) if isinstance(member, Found) else None
-    where = loc(defined.module, defined.node) if defined is not None else loc(found)
-    return (param.default if param is not None else None), where
-
-
 def read(surface: StaticSurface, scheduler: str, config: str) -> SchedulingFacts:
     code = method(surface, scheduler, "schedule")
     update = method(surface, scheduler, "update_from_output")
-    default, declared_at = _declared(surface, config, "enable_chunked_prefill")
+    found = surface.lookup(config)
+    chunked = declared(surface, found, "enable_chunked_prefill") if isinstance(found, Found) else None
+    default, declared_at = (chunked.default, chunked.at) if chunked is not None else (None, None)
     if code is None:
         return SchedulingFacts(None, default, declared_at, None, None, None, None, None,
                                loc(update.found) if update else None)
