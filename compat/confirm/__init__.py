@@ -17,7 +17,6 @@ from compat.cache import cache_dir
 
 DEFAULT_TIMEOUT_S = 300.0
 ENTRY = "compat.confirm.engine"
-LOG_TAIL = 4000
 
 
 def transformers_major() -> int:
@@ -80,7 +79,7 @@ def run_child(spec: dict, timeout: float = DEFAULT_TIMEOUT_S, entry: str = ENTRY
         ended = child.run([sys.executable, "-m", entry, str(spec_path), str(out_path), str(progress)],
                           env=_env(spec.get("tp", 1)), timeout=timeout, log=Path(tmp, "child.log"))
         steps = progress.read_text().splitlines() if progress.exists() else []
-        where = {"last_step": steps[-1] if steps else None, "steps": steps, "log": ended.tail(LOG_TAIL)}
+        where = {"last_step": steps[-1] if steps else None, "steps": steps, "log": ended.tail()}
         at = f" during step '{steps[-1]}'" if steps else " before its first step"
         if ended.timed_out:
             return {"unconfirmed": f"the {spec['check']} check ran past {timeout:.0f} s{at}", **where}

@@ -171,9 +171,7 @@ def _extract(args: argparse.Namespace) -> int:
     result = _engine_run(spec, out, env, args.timeout)
     report["run"] = {k: v for k, v in result.items() if k != "log"}
     main_engine = result.get("engines", {}).get("main", {})
-    crashed = "error" in result or "start_error" in main_engine or any(
-        c.get("error") for c in main_engine.get("jobs", {}).get("main", {}).get("calls", []))
-    ok = not crashed
+    ok = _crash(result) is None
     if ok:
         facts = main_engine["facts"]
         dtype = facts["engine_dtype"]
