@@ -14,6 +14,7 @@ from compat.consumer.model import Alias, ClassPatch, Fallback, Guard, Kind, Ref,
 from compat.consumer.names import Spread, binds_anywhere, literal_spread
 from compat.consumer.record import ModuleRecord
 from compat.consumer.values import (
+    UNTYPED,
     ClassAttributes,
     Either,
     Local,
@@ -112,7 +113,9 @@ class ExpressionReader:
         return name in self.index.declared_names(info) or any(
             self.has_attribute(c.qualname, name) for c in self.index.lineage(info))
 
-    def assign(self, target: ast.expr, value: Value) -> None:
+    def assign(self, target: ast.expr, value: Value, source: ast.expr | None = None) -> None:
+        """Bind ``target`` to ``value``; ``source``: the expression assigned, when there is one (an attribute of
+        ``self`` given something the walk cannot type is then known to be untyped, not left as it was)."""
         if isinstance(target, ast.Name):
             self.bind(target.id, value)
         elif isinstance(target, ast.Attribute):
@@ -128,6 +131,8 @@ class ExpressionReader:
                 info = self.index.classes.get(base.qualname)
                 if info is not None and value is not None:
                     self.found.attributes.set(info.qualname, target.attr, value)
+                elif info is not None and source is not None and not _none_literal(source):
+                    self.found.attributes.set(info.qualname, target.attr, UNTYPED)
                 if base.worker and info is not None and not self.is_defined(info, target.attr):
                     self.attribute_touch(target, Ref("worker"), target.attr, store=True)
             elif isinstance(base, Obj):
@@ -452,3 +457,7 @@ class ExpressionReader:
         if isinstance(value, Sym):
             return Obj(Ref.of_symbol(value.path).called())
         return None
+
+
+def _none_literal(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None

@@ -88,22 +88,50 @@ class Scope:
     (``compat.consumer.names``)."""
 
 
+class _Untyped:
+    """What an attribute holds when the walk could not tell what an assignment gave it, or when its assignments
+    give it different things (``self.drafter = NgramProposer(...)`` in one branch, the consumer's own proposer in
+    another): the runtime object's class is not known, so nothing read from it is judged as a vLLM class's."""
+
+    def __repr__(self) -> str:
+        return "<untyped>"
+
+
+UNTYPED = _Untyped()
+
+
 class ClassAttributes:
-    """What ``self.x = ...`` assigned, per consumer class: qualname -> attribute -> value (the last one wins)."""
+    """What ``self.x = ...`` assigned, per consumer class: qualname -> attribute -> value. Assignments that agree
+    keep their value; ``None`` (the literal) gives way to the next one; any two that differ, or one the walk
+    could not type (``UNTYPED``), leave the attribute untyped."""
 
     def __init__(self) -> None:
-        self.values: dict[str, dict[str, Value]] = {}
+        self.values: dict[str, dict[str, Value | _Untyped]] = {}
 
     def has(self, qualname: str, name: str) -> bool:
         return name in self.values.get(qualname, ())
 
     def get(self, qualname: str, name: str) -> Value:
-        return self.values.get(qualname, {}).get(name)
+        value = self.values.get(qualname, {}).get(name)
+        return None if value is UNTYPED else value  # type: ignore[return-value]
 
-    def set(self, qualname: str, name: str, value: Value) -> None:
-        self.values.setdefault(qualname, {})[name] = value
+    def set(self, qualname: str, name: str, value: Value | _Untyped) -> None:
+        names = self.values.setdefault(qualname, {})
+        before = names.get(name, _UNSET)
+        if before is _UNSET or _is_none(before):
+            names[name] = value
+        elif not _is_none(value) and before != value:
+            names[name] = UNTYPED
 
     def update(self, other: ClassAttributes) -> None:
         """Take what ``other`` learnt, as if its assignments had been made here after ours."""
         for qualname, names in other.values.items():
-            self.values.setdefault(qualname, {}).update(names)
+            for name, value in names.items():
+                self.set(qualname, name, value)
+
+
+_UNSET = object()
+
+
+def _is_none(value: object) -> bool:
+    return isinstance(value, Lit) and value.value is None

@@ -335,7 +335,7 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         if value is None:
             value = self.condition_value(node.value)
         for target in node.targets:
-            self.assign(target, value)
+            self.assign(target, value, node.value)
 
     def condition_value(self, node: ast.expr) -> Value:
         """Names bound to the build's version, to a version test, or to a literal."""
@@ -350,7 +350,7 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
             value = self.condition_value(node.value)
         if value is None:
             value = self.annotation_value(node.annotation)
-        self.assign(node.target, value)
+        self.assign(node.target, value, node.value if value is None else None)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self.visit_expr(node.value)
