@@ -161,6 +161,7 @@ def test_an_optional_extras_upper_bound_is_the_build_written_for():
 
     assert written_for(('vllm>=0.8.5,<=0.11.0; extra == "vllm"',), "vllm") == "0.11.0"
     assert written_for(("vllm==0.9.2", "vllm<=0.11.0"), "vllm") == "0.9.2"
+    assert written_for(("vllm==0.30.0+cpu",), "vllm") == "0.30.0"  # vllm-rbln 0.12.0: a build of 0.30.0
     assert written_for(("vllm>=0.8",), "vllm") is None
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
 
 from compat.consumer.index import ConsumerIndex, ConsumerModule
 from compat.consumer.model import ConsumerClass, Kind, ReplyUse, Scan, ScanProblem
@@ -64,7 +65,12 @@ def written_for(requires: tuple[str, ...], target: str) -> str | None:
         # written against when nothing is pinned exactly.
         pins += [s.version for s in req.specifier if s.operator == "<=" and "*" not in s.version]
         if pins:
-            return pins[0]
+            # A local label names a build of that release (vllm-rbln 0.12.0 pins ``vllm==0.30.0+cpu``): the
+            # audit reads the release itself.
+            try:
+                return Version(pins[0]).public
+            except InvalidVersion:
+                return pins[0]
     return None
 
 
