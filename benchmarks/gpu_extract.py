@@ -57,7 +57,7 @@ def _child(args: list[str], env: dict, log: Path, timeout: int) -> str | None:
                                   timeout=timeout, check=False, start_new_session=True)
         except subprocess.TimeoutExpired:
             return f"timed out after {timeout} s; log {log}"
-    print(f"    ({args[1] if args[0] == '-m' else args[1]}: {time.perf_counter() - began:.0f} s)", flush=True)
+    print(f"    ({args[1]}: {time.perf_counter() - began:.0f} s)", flush=True)
     if proc.returncode != 0:
         lines = log.read_text(errors="replace").strip().splitlines()
         return f"exit {proc.returncode}: {lines[-1][:300] if lines else 'no output'} (log {log})"

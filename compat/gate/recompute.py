@@ -172,16 +172,16 @@ class Comparison:
     """output, input, or infer (no layer ids: each layer matched to its closest state)."""
     n_layers: int
     """Decoder layers of the reference model (to name its states)."""
-    tolerance: Tolerance
     expected_states: list[int | str | None]
     """The state each layer should be (from its layer id and the numbering, or ``final_norm``); None for a layer
     whose state could only be inferred (no layer ids)."""
+    layers: list[LayerMatch]
+    """Each stored layer against its state, with the bound it is judged by."""
 
     @property
     def inferred(self) -> bool:
         """Some layer was matched to its closest state, not checked against a known one."""
         return any(state is None for state in self.expected_states)
-    layers: list[LayerMatch]
 
     def as_dict(self) -> dict[str, Any]:
         """The sample's entry in the report's ``reference.samples``."""
@@ -305,7 +305,6 @@ def _compare_sample(ref: HFReference, view: SampleView, exp: Expectations, numbe
     states = ref.states(ids)
     baseline = low.states(ids) if low is not None else {}
     dtype = view.layers[0].dtype
-    tol = tolerance(dtype, model_type, options.max_rel, options.min_cos)
     wanted = _expected_states(view, exp, numbering)
     layer_ids = exp.stored_layer_ids(view) if numbering != "infer" else None
     matches = []
@@ -323,4 +322,4 @@ def _compare_sample(ref: HFReference, view: SampleView, exp: Expectations, numbe
                                   scores[best][0] if best is not None else None,
                                   measured[0] if measured else None, measured[1] if measured else None,
                                   other, others[other] if other is not None else None))
-    return Comparison(view, int(ids.numel()), numbering, n_layers, tol, wanted, matches)
+    return Comparison(view, int(ids.numel()), numbering, n_layers, wanted, matches)
