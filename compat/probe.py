@@ -11,9 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from compat.consumer.model import Kind, Ref, Scan, TouchPoint
+from compat.consumer.model import ClassPatch, Kind, Ref, Scan, TouchPoint
 from compat.facts import Fact
+from compat.facts.lineage import FACT as LINEAGE
 from compat.findings import Evidence, Finding, Status
+from compat.signature import Signature
 from compat.vllm.surface import Found, Lookup, Missing, Surface, Unresolved
 
 T = TypeVar("T")
@@ -39,6 +41,24 @@ class ConsumerDefined:
     @property
     def reason(self) -> str:
         return f"{self.path} is defined by the consumer at {self.location}, not by vLLM"
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """A consumer class whose instance may be what vLLM's code holds where a value of a vLLM class is declared:
+    a subclass of that class (directly, through vLLM's own subclasses of it or through the consumer's), or a
+    class the consumer assigns over it."""
+
+    qualname: str
+    how: str
+    """``subclass`` or ``replacement``."""
+    names: frozenset[str]
+    """What the class and its consumer-side bases define (methods, class attributes, ``self.x`` stores)."""
+    location: str
+
+    def describe(self, declared: str) -> str:
+        relation = "a subclass of" if self.how == "subclass" else "the consumer's replacement of"
+        return f"{self.qualname} ({self.location}), {relation} {declared}"
 
 
 @dataclass
@@ -115,6 +135,93 @@ class ProbeContext:
             for stale in [k for k in self._memo if k[0] in ("lookup", "class_of") and k[1] == id(surface)]:
                 del self._memo[stale]
         return self._memo[key]
+
+    def stand_ins(self, declared: str, surface: Surface | None = None) -> tuple[StandIn, ...]:
+        """The consumer's classes whose instances may stand where a value of the vLLM class ``declared`` is
+        held: at run time the object may be one of them, so what they define may be there too."""
+        surface = surface or self.surface
+        key = ("stand_ins", id(surface), declared)
+        if key not in self._memo:
+            found: dict[str, StandIn] = {}
+            for patch in self.scan.class_patches:
+                if patch.kind == "subclass":
+                    base = self.lookup(patch.target, surface)
+                    if isinstance(base, Found) and base.kind == "class" and declared in self.fact(
+                            LINEAGE, base.path, surface=surface).ancestors:
+                        found.setdefault(patch.patcher, StandIn(patch.patcher, "subclass", frozenset(patch.names),
+                                                                str(patch.location)))
+                elif patch.kind == "replace" and len(patch.names) == 1:
+                    owner = self.lookup(patch.target, surface)
+                    if isinstance(owner, Found) and f"{owner.path}.{patch.names[0]}" == declared:
+                        names = self._class_names(patch.patcher)
+                        if names is not None:
+                            found.setdefault(patch.patcher, StandIn(patch.patcher, "replacement", names,
+                                                                    str(patch.location)))
+            by_base: dict[str, list] = {}
+            for cls in self.scan.classes:
+                for base_name in cls.bases:
+                    by_base.setdefault(base_name, []).append(cls)
+            stack = list(found.values())
+            while stack:  # the consumer's own subclasses of those
+                parent = stack.pop()
+                for cls in by_base.get(parent.qualname, []):
+                    if cls.qualname not in found:
+                        child = StandIn(cls.qualname, parent.how, parent.names | frozenset(cls.methods),
+                                        str(cls.location))
+                        found[cls.qualname] = child
+                        stack.append(child)
+            self._memo[key] = tuple(found.values())
+        return self._memo[key]
+
+    def stand_in_defining(self, declared: str, name: str, surface: Surface | None = None) -> StandIn | None:
+        """The first of ``stand_ins(declared)`` that defines ``name``."""
+        return next((s for s in self.stand_ins(declared, surface) if name in s.names), None)
+
+    def consumer_signature(self, qualname: str) -> Signature | None:
+        """The parameters of the consumer's method ``qualname`` (``self`` included), where the scan read them."""
+        if "signatures" not in self._memo:
+            self._memo["signatures"] = {tp.replacement.patcher: tp.replacement.signature for tp in self.scan.touchpoints
+                                        if tp.replacement is not None and tp.replacement.signature is not None}
+        return self._memo["signatures"].get(qualname)
+
+    def own_subclass(self, tp: TouchPoint) -> ClassPatch | None:
+        """The consumer's subclass of a vLLM class whose method holds ``tp`` (through ``self``): there the object
+        is an instance of that class or of the consumer's own subclasses of it, not of an unknown implementation
+        of the vLLM class. None for a patch class (whose ``self`` is vLLM's object) and outside methods."""
+        if tp.receiver is None or tp.receiver.kind != "self" or not tp.context:
+            return None
+        if "subclasses" not in self._memo:
+            self._memo["subclasses"] = {p.patcher: p for p in self.scan.class_patches if p.kind == "subclass"}
+        parts = tp.context.split(".")
+        for end in range(len(parts) - 1, 0, -1):
+            found = self._memo["subclasses"].get(".".join(parts[:end]))
+            if found is not None:
+                return found
+        return None
+
+    def descendant_defining(self, qualname: str, name: str) -> str | None:
+        """A consumer class deriving from the consumer's class ``qualname`` that defines ``name``."""
+        children: dict[str, list] = {}
+        for cls in self.scan.classes:
+            for base in cls.bases:
+                children.setdefault(base, []).append(cls)
+        stack, seen = list(children.get(qualname, [])), set()
+        while stack:
+            cls = stack.pop()
+            if cls.qualname in seen:
+                continue
+            seen.add(cls.qualname)
+            if name in cls.methods or name in (self._class_names(cls.qualname) or ()):
+                return f"{cls.qualname} ({cls.location})"
+            stack.extend(children.get(cls.qualname, []))
+        return None
+
+    def _class_names(self, qualname: str) -> frozenset[str] | None:
+        for patch in self.scan.class_patches:
+            if patch.patcher == qualname and patch.kind == "subclass":
+                return frozenset(patch.names)
+        cls = next((c for c in self.scan.classes if c.qualname == qualname), None)
+        return frozenset(cls.methods) if cls is not None else None
 
     def replaced(self, path: str, surface: Surface | None = None) -> str | None:
         """Where the consumer replaces vLLM's ``path`` (a function, a class, a method) with its own code, if it

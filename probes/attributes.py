@@ -6,10 +6,18 @@ import difflib
 from dataclasses import replace
 
 from compat.consumer.model import Kind, TouchPoint
+from compat.facts.abstract import ABSTRACT_METHODS
 from compat.facts.abstract import FACT as ABSTRACT
 from compat.findings import Evidence, Finding, Status
 from compat.probe import ConsumerDefined, Probe, ProbeContext
 from compat.vllm.surface import Found, Missing, Unresolved
+
+
+def _concrete(ctx: ProbeContext, owner: Found) -> bool:
+    """``owner`` is a class of its own, not an interface, mixin or protocol, and leaves no method abstract."""
+    interface = ctx.fact(ABSTRACT, owner.path)
+    return owner.kind == "class" and (not interface.interface or not interface.why.startswith(f"{owner.path} ")) \
+        and not owner.path.endswith("Mixin") and not ctx.fact(ABSTRACT_METHODS, owner.path).methods
 
 
 class AttributeProbe(Probe):
@@ -54,7 +62,23 @@ class AttributeProbe(Probe):
         if tp.narrowed:
             return self.finding(tp, Status.OK, f"{label} is not in this build, and the consumer checks for it before "
                                 f"the use ({tp.narrowed})", ctx.where(owner), evidence, symbol=label)
-        if not tp.store and tp.receiver.kind != "symbol" and owner.kind == "class":
+        if not tp.store and tp.receiver.kind not in ("symbol", "self") and owner.kind == "class":
+            stand_in = ctx.stand_in_defining(owner.path, name)
+            if stand_in is not None:
+                return self.finding(tp, Status.UNKNOWN, f"{label} is not in this build, but the object may at run "
+                                    f"time be {stand_in.describe(owner.path)}, which defines '{name}': the runtime "
+                                    "class decides", ctx.where(owner), replace(evidence, extra=(
+                                        ("missing", member.reason),)), symbol=label)
+        own = ctx.own_subclass(tp)
+        if own is not None and not own.other_bases and _concrete(ctx, owner) and not tp.store:
+            # ``self`` in the consumer's subclass of a concrete vLLM class: the object is that subclass.
+            below = ctx.descendant_defining(own.patcher, name)
+            if below is not None:
+                return self.finding(tp, Status.UNKNOWN, f"{label} is not in this build; {own.patcher}'s subclass "
+                                    f"{below} defines '{name}', and which of them the object is decides",
+                                    ctx.where(owner), replace(evidence, extra=(("missing", member.reason),)),
+                                    symbol=label)
+        elif not tp.store and tp.receiver.kind != "symbol" and owner.kind == "class":
             interface = ctx.fact(ABSTRACT, owner.path)
             if interface.interface:
                 return self.finding(tp, Status.UNKNOWN, f"{label} is not declared by the interface the object is "

@@ -38,6 +38,23 @@ def _through_class(ctx: ProbeContext, tp: TouchPoint, callee: Found, surface: Su
     return isinstance(found, Found) and found.kind == "class"
 
 
+def _stand_in(ctx: ProbeContext, tp: TouchPoint, name: str) -> str | None:
+    """A consumer class the receiver may be at run time (a subclass or replacement of its declared vLLM class)
+    whose own method takes the call, described; None when there is none."""
+    if tp.kind != Kind.ATTRIBUTE or tp.receiver is None or tp.receiver.kind == "self" or tp.call is None:
+        return None
+    owner = ctx.class_of(tp.receiver)
+    if not isinstance(owner, Found) or owner.kind != "class":
+        return None
+    for stand in ctx.stand_ins(owner.path):
+        if tp.attribute not in stand.names:
+            continue
+        sig = ctx.consumer_signature(f"{stand.qualname}.{tp.attribute}")
+        if sig is None or not sig.drop_first().bind(tp.call, name):
+            return stand.describe(owner.path)
+    return None
+
+
 class CallProbe(Probe):
     def applies(self, tp: TouchPoint) -> bool:
         return tp.call is not None and tp.kind in (Kind.CALL, Kind.ATTRIBUTE)
@@ -79,8 +96,8 @@ class CallProbe(Probe):
         if not isinstance(callee, Found):
             status = Status.ERROR if isinstance(callee, Unresolved) and callee.traceback else (
                 Status.UNKNOWN if isinstance(callee, Unresolved) else Status.BROKEN)
-            if isinstance(callee, Missing) and tp.narrowed:
-                return None  # the consumer checks for it before the call (the attribute probe says so)
+            if isinstance(callee, Missing) and (tp.narrowed or tp.kind is Kind.ATTRIBUTE):
+                return None  # whether a method exists is the attribute probe's to say (an interface's, a check)
             if isinstance(callee, Missing) and name.startswith("__") and name.endswith("__()"):
                 return None  # Base.__init__(self): every class has Python's dunders, whatever vLLM declares
             cause = (("cause", callee.reason),) if isinstance(callee, Missing) else ()
@@ -96,6 +113,11 @@ class CallProbe(Probe):
         if problems:
             message = "; ".join(p.message for p in problems)
             fix = "; ".join(_fix(p, sig) for p in problems)
+            stand_in = _stand_in(ctx, tp, name)
+            if stand_in is not None:
+                return self.finding(tp, Status.UNKNOWN, f"{message} as vLLM's {callee.path}; but the object may at "
+                                    f"run time be {stand_in}, whose {tp.attribute} takes the call: the runtime "
+                                    "class decides", where, evidence)
             return self.finding(tp, Status.BROKEN, message, where, evidence, fix=fix)
         if old_sig is not None and tp.call.positional:
             before, after = old_sig.positional_targets(tp.call), sig.positional_targets(tp.call)

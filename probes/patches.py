@@ -83,8 +83,12 @@ class PatchProbe(Probe):
             return None  # the consumer's own addition, not a replacement of vLLM's
         target = f"{owner.path}.{tp.attribute}"
         if isinstance(now, Missing):
+            # An override vLLM stops calling fails nothing by itself (the consumer's class still has the method):
+            # what it did is no longer done, which may matter or not (changed). A patch or a replacement assigned
+            # over a name that is gone is the consumer's code missing its target (broken).
+            status = Status.CHANGED if replacement.how == "subclass" else Status.BROKEN
             return self.finding(
-                tp, Status.BROKEN, f"{target}, which {how} {replacement.patcher} replaces, is gone from this build: "
+                tp, status, f"{target}, which {how} {replacement.patcher} replaces, is gone from this build: "
                 f"vLLM no longer calls it, so the consumer's code there runs only where the consumer calls it itself "
                 f"({now.reason})",
                 evidence=Evidence(written_for=f"{target} exists", audited=now.reason,

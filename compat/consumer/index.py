@@ -66,6 +66,8 @@ class ConsumerIndex:
         self.return_annotations: dict[str, ast.expr] = {}
         self.extensions: list[tuple[str, Location]] = []
         """``worker_extension_cls="pkg.mod.Class"`` arguments, in the order found (duplicates kept)."""
+        self.imports: dict[str, dict[str, str]] = {}
+        """Module -> {name it binds at top level: the dotted name it imports}."""
         self._lineages: dict[str, tuple[IndexedClass, ...]] = {}
         self._declared: dict[str, frozenset[str]] = {}
         self._extension_names: frozenset[str] | None = None
@@ -111,6 +113,7 @@ class ConsumerIndex:
                     walk(getattr(stmt, "orelse", []), prefix, owner)
 
         self.modules[module.module] = module
+        self.imports[module.module] = _top_level_imports(module)
         walk(module.tree.body, module.module, None)
         # Non-ASCII source may spell a keyword with characters that normalise to it: walk those always.
         if any(k in text for k in EXTENSION_KEYWORDS) or not text.isascii():
@@ -118,6 +121,21 @@ class ConsumerIndex:
         self._lineages.clear()
         self._declared.clear()
         self._extension_names = None
+
+    def link(self) -> None:
+        """Resolve each class's bases imported from the consumer's other modules (``from .base_worker import
+        RblnNixlWorkerBase``), through re-exports, once every module is indexed."""
+        for info in self.classes.values():
+            info.bases = tuple(self._resolve(base) for base in info.bases)
+        self._lineages.clear()
+        self._declared.clear()
+
+    def _resolve(self, qualname: str, depth: int = 0) -> str:
+        if qualname in self.classes or depth > 4:
+            return qualname
+        module, _, name = qualname.rpartition(".")
+        target = self.imports.get(module, {}).get(name)
+        return self._resolve(target, depth + 1) if target is not None else qualname
 
     def definition(self, module: str, name: str) -> str | None:
         """The qualname of ``module.name`` when the consumer defines it (a class or a function)."""
@@ -169,6 +187,28 @@ class ConsumerIndex:
                 names |= current.own_names()
             found = self._declared[info.qualname] = frozenset(names)
         return found
+
+
+def _top_level_imports(module: ConsumerModule) -> dict[str, str]:
+    """``from a.b import C as D`` at the top level (``if``/``try`` blocks included): ``{"D": "a.b.C"}``; relative
+    imports resolved against the module's package."""
+    found: dict[str, str] = {}
+    package = module.module.split(".")
+    if not module.relpath.endswith("__init__.py"):
+        package = package[:-1]
+    stack = list(module.tree.body)
+    while stack:
+        stmt = stack.pop(0)
+        if isinstance(stmt, (ast.If, ast.Try)):
+            stack.extend([*stmt.body, *stmt.orelse, *getattr(stmt, "finalbody", []),
+                          *(s for h in getattr(stmt, "handlers", []) for s in h.body)])
+        elif isinstance(stmt, ast.ImportFrom):
+            base = ".".join(package[:len(package) - stmt.level + 1] if stmt.level else [])
+            source = ".".join(p for p in (base, stmt.module or "") if p)
+            for alias in stmt.names:
+                if alias.name != "*" and source:
+                    found[alias.asname or alias.name] = f"{source}.{alias.name}"
+    return found
 
 
 def _extension_arguments(module: ConsumerModule) -> list[tuple[str, Location]]:

@@ -176,6 +176,8 @@ class ClassPatch:
     """``patch``: copied onto the target; ``subclass``: a consumer subclass of it (whose instances the consumer may
     hold where the target's type is declared); ``replace``: the consumer assigns its own function or class to
     the target's attribute (``vllm.mod.f = my_f``, ``Cls.__init__ = my_init``), so its code runs there."""
+    other_bases: tuple[str, ...] = ()
+    """For a subclass: the vLLM classes it also extends after ``target`` (``class R(Runner, LoRAMixin)``)."""
 
 
 @dataclass(frozen=True)

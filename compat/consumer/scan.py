@@ -110,6 +110,7 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False,
         source = ConsumerModule(module, relpath, module_ast, text.splitlines())
         index.add(source, text)
         modules.append(source)
+    index.link()
     records = _walk(index, modules, target, progress)
     problems += [ScanProblem(location, f"the scan failed on this statement ({message}); the rest of the file and "
                                        "of the consumer was audited", trace)

@@ -260,13 +260,15 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
             self.visit_expr(base)
         qualname = f"{self.context()}.{node.name}"
         info = self.index.classes.get(qualname)
-        target, kind = self.patched_target(node), "patch"
+        target, kind, others = self.patched_target(node), "patch", ()
         if target is None:
-            target, kind = self.vllm_base(node), "subclass"
+            bases = self.vllm_bases(node)
+            target, kind, others = (bases[0] if bases else None), "subclass", tuple(bases[1:])
         if target is not None and info is not None:
             self.class_bases[qualname] = target
             names = info.own_names() if kind == "patch" else self.index.declared_names(info)
-            self.found.class_patches.append(ClassPatch(target, qualname, tuple(sorted(names)), self.loc(node), kind))
+            self.found.class_patches.append(ClassPatch(target, qualname, tuple(sorted(names)), self.loc(node), kind,
+                                                       others))
             for name, method in info.methods.items():
                 if kind == "subclass" and name in _CONSTRUCTION:
                     continue  # the consumer builds its subclass itself, with its own arguments
@@ -291,16 +293,18 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
                     return target.path
         return None
 
-    def vllm_base(self, node: ast.ClassDef) -> str | None:
-        """The vLLM class ``node`` extends (``class MyRunner(GPUModelRunner)``), when its other bases are the
-        consumer's own: with another library's base too (``nn.Module``), what ``self`` lacks may come from there."""
-        found = None
+    def vllm_bases(self, node: ast.ClassDef) -> list[str]:
+        """The vLLM classes ``node`` extends (``class MyRunner(GPUModelRunner)``), when its other bases are the
+        consumer's own: with another library's base too (``nn.Module``), what ``self`` lacks may come from there,
+        so none."""
+        found: list[str] = []
         for base in node.bases:
-            value = self.eval(base, record=False)
+            generic = base.value if isinstance(base, ast.Subscript) else base  # MLAAttentionImpl[Metadata]
+            value = self.eval(generic, record=False)
             if isinstance(value, Sym) and is_class_like(value.path):
-                found = found or value.path
+                found.append(value.path)
             elif not isinstance(value, Local) and _last_name(base) not in _TYPING_GENERICS:
-                return None
+                return []
         return found
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:

@@ -328,6 +328,9 @@ class StaticSurface:
         if not isinstance(found, Found):
             return found
         defined = definition(found)
+        derived = self._derived_assignment(owner, found, defined)
+        if derived is not None:
+            return derived
         if found.kind == "property":
             return self.result_type(found)
         class_attribute = found.kind == "attribute" and defined is not None and defined.owner is not None
@@ -342,6 +345,30 @@ class StaticSurface:
             return found
         return Unresolved(f"the type of {found.path} is not declared", outside=found.kind == "external")
 
+    def _derived_assignment(self, owner: Found, found: Found, defined: Any) -> Found | None:
+        """The class a subclass's own code assigns to an attribute a base class annotates (``impl:
+        AttentionImpl`` on ``AttentionLayerBase``, ``self.impl = impl_cls(...)`` with ``impl_cls = cast(
+        type[MLAAttentionImpl], ...)`` in ``MLAAttention``): the object is that class, not the annotation's."""
+        if found.kind != "attribute" or defined is None or defined.owner is None or owner.kind != "class" or \
+                not isinstance(defined.node, ast.AnnAssign):
+            return None
+        model = self.class_model(owner)
+        if model is None:
+            return None
+        for cls in self.mro(model)[0]:
+            if cls is defined.owner or cls.found.path == defined.owner.found.path:
+                return None
+            assigned = self._instance_attribute(cls, found.path.rpartition(".")[2])
+            held = definition(assigned) if assigned is not None else None
+            if held is not None and held.method is not None and isinstance(held.node, ast.Assign):
+                value = self._value_class(held.module, held.node.value, held.method, held.owner)
+                declared = self.annotation_class(defined.module, defined.node.annotation)
+                if isinstance(value, Found) and value.kind == "class" and (
+                        not isinstance(declared, Found) or declared.path != value.path):
+                    return value
+                return None
+        return None
+
     def _value_class(self, info: ModuleInfo, value: ast.expr | None, method: ast.AST | None,
                      owner: ClassModel | None = None, depth: int = 0) -> Lookup:
         """The class of a value assigned to an attribute (``self.x = <value>`` in ``method`` of ``owner``, or at
@@ -349,6 +376,9 @@ class StaticSurface:
         if depth > _MAX_VALUE_DEPTH:
             return Unresolved("the attribute's value is too far to follow")
         function = method if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        if isinstance(value, ast.Call) and len(value.args) == 2 and \
+                ast.unparse(value.func).rsplit(".", 1)[-1] == "cast":
+            return self.annotation_class(info, value.args[0])  # typing.cast(T, v): what the code says v is
         if isinstance(value, ast.Call):
             callee = self._value_class(info, value.func, method, owner, depth + 1) if function is not None and \
                 _reaches_local(value.func, function) else self.resolve_expr(info, value.func)
@@ -399,6 +429,8 @@ class StaticSurface:
             head = ast.unparse(annotation.value).rsplit(".", 1)[-1]
             if head == "Optional":
                 return self.annotation_class(info, annotation.slice)
+            if head == "type":
+                return self.annotation_class(info, annotation.slice)  # a class object: calling it builds one
             if head in ("Annotated", "SkipValidation"):
                 inner = annotation.slice.elts[0] if isinstance(annotation.slice, ast.Tuple) else annotation.slice
                 return self.annotation_class(info, inner)
