@@ -11,9 +11,12 @@ own and is not checked here.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from compat.consumer.model import Kind, TouchPoint
 from compat.facts.abstract import ABSTRACT_METHODS
+from compat.facts.callers import FACT as CALLERS
+from compat.facts.callers import CallSite
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, ParamKind, Signature
@@ -41,6 +44,57 @@ def refusals(replacement: Signature, sig: Signature) -> list[str]:
             if problem.message not in found:
                 found.append(problem.message)
     return found
+
+
+@dataclass(frozen=True)
+class VllmCalls:
+    """The build's own calls of a method by name that may reach the consumer's code: those whose shape binds to
+    vLLM's own signature of it (calls of same-named methods of other classes mostly do not), outside methods the
+    consumer overrides itself (``Scheduler.schedule`` in a consumer's scheduler: its own code calls instead)."""
+
+    sites: tuple[CallSite, ...]
+    set_aside: tuple[str, ...] = ()
+    unknown: str = ""
+    """Why the calls do not tell what vLLM passes (none found, or they unpack ``*args``/``**kwargs``); "" when
+    they do."""
+
+    def judged(self, mine: Signature) -> list[tuple[CallSite, list]]:
+        return [(site, mine.bind(site_shape(site), "it")) for site in self.sites]
+
+    def render(self) -> str:
+        text = ", ".join(f"{site.at}" for site in self.sites[:4]) + (
+            f" and {len(self.sites) - 4} more" if len(self.sites) > 4 else "") or "none"
+        if self.set_aside:
+            text += f"; set aside, in methods the consumer overrides: {', '.join(self.set_aside[:4])}"
+        return text
+
+
+def site_shape(site: CallSite) -> CallShape:
+    return CallShape(site.positional, site.keywords)
+
+
+def vllm_calls(ctx: ProbeContext, name: str | None, sig: Signature) -> VllmCalls:
+    if not name:
+        return VllmCalls((), unknown="the method's name is not known")
+    sites, aside, unpacking = [], [], []
+    for site in ctx.fact(CALLERS, name).sites:
+        if site.unpacks:
+            unpacking.append(site.at)
+            continue
+        if sig.bind(site_shape(site), name):
+            continue  # not a call of this method (another class's method of the same name)
+        owner, _, method = site.function.rpartition(".")
+        if ctx.stand_in_defining(owner, method) is not None and not any(
+                method in cls.extends for cls in ctx.scan.classes):
+            aside.append(site.at)
+            continue
+        sites.append(site)
+    unknown = ""
+    if unpacking and not sites:
+        unknown = f"vLLM's calls of it pass *args/**kwargs ({', '.join(unpacking[:3])}): what they hold is not read"
+    elif not sites and not aside:
+        unknown = "no call of it in the build shows what vLLM passes (it may be called dynamically)"
+    return VllmCalls(tuple(sites), tuple(aside), unknown)
 
 
 def _completed_below(ctx: ProbeContext, qualname: str, missing: set[str]) -> bool:
@@ -128,11 +182,29 @@ class PatchProbe(Probe):
                             written_for_build=ctx.written_for.build.version,
                             extra=(("consumer", f"{replacement.patcher}{mine.render()}"),))
         if new:
+            # What vLLM's callers may pass is a suspicion; the build's own calls of it say what they do pass.
+            sites = vllm_calls(ctx, tp.attribute, sig_now)
+            failing = [(site, problems) for site, problems in sites.judged(mine) if problems]
+            fix = f"give {replacement.patcher} the parameters of {target}{sig_now.render()}"
+            if failing:
+                site, problems = failing[0]
+                return self.finding(
+                    tp, Status.BROKEN, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); "
+                    f"vLLM calls it at {site.at} ({site.code}), which {how} {replacement.patcher}{mine.render()} "
+                    f"refuses: " + "; ".join(p.message for p in problems), where,
+                    replace(evidence, extra=evidence.extra + (("vllm_calls", sites.render()),)), fix=fix,
+                    symbol=target)
+            if sites.unknown:
+                return self.finding(
+                    tp, Status.UNKNOWN, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); "
+                    f"{how} {replacement.patcher}{mine.render()} refuses what vLLM's callers may now pass ("
+                    + "; ".join(new) + f"), and {sites.unknown}", where,
+                    replace(evidence, extra=evidence.extra + (("vllm_calls", sites.render()),)), fix=fix,
+                    symbol=target)
             return self.finding(
-                tp, Status.BROKEN, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); "
-                f"{how} {replacement.patcher}{mine.render()} refuses what vLLM's callers may now pass: "
-                + "; ".join(new), where, evidence,
-                fix=f"give {replacement.patcher} the parameters of {target}{sig_now.render()}", symbol=target)
+                tp, Status.OK, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); every call "
+                f"of it in the build that reaches {how} {replacement.patcher} binds to it ({sites.render()})",
+                where, evidence, symbol=target)
         return self.finding(tp, Status.OK, f"{how} {replacement.patcher} takes what vLLM's callers pass to "
                             f"{target}{sig_now.render()}", where, evidence, symbol=target)
 

@@ -158,6 +158,8 @@ class ConsumerClass:
     location: Location
     methods: tuple[str, ...]
     bases: tuple[str, ...] = ()
+    extends: tuple[str, ...] = ()
+    """Methods that call the base's own (``super().m(...)`` in ``m``): they add to vLLM's code, which still runs."""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ judge each one against a build.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import pickle
 import sys
@@ -125,7 +126,7 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False,
     patches = tuple(dict.fromkeys(p for record in records for p in record.class_patches))
     classes = tuple(
         ConsumerClass(info.qualname, Location(_module_relpath(modules, info.module), info.node.lineno),
-                      tuple(sorted(info.methods)), info.bases)
+                      tuple(sorted(info.methods)), info.bases, _extends(info.methods))
         for info in index.classes.values())
     read = (_guarded(problems, f.location, model_patch, index, f) for f in forwards)
     model_patches = tuple(patch for patch in read if patch is not None)
@@ -164,6 +165,19 @@ def cached_scan(tree: SourceTree, target: str = "vllm", everything: bool = False
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
     return scan
+
+
+def _extends(methods: dict[str, Any]) -> tuple[str, ...]:
+    """The methods whose body calls the same method of the base (``super().m(...)``)."""
+    found = []
+    for name, node in methods.items():
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == name and \
+                    isinstance(sub.func.value, ast.Call) and isinstance(sub.func.value.func, ast.Name) and \
+                    sub.func.value.func.id == "super":
+                found.append(name)
+                break
+    return tuple(sorted(found))
 
 
 def _scan_code_hash() -> str:

@@ -103,3 +103,37 @@ def _read_abstract(surface: StaticSurface, path: str) -> AbstractMethods:
 
 
 ABSTRACT_METHODS = Fact("abstract-methods", _read_abstract)
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The methods a class of the build leaves to its subclasses without ``ABCMeta`` enforcing it: the most
+    derived definition only raises ``NotImplementedError``, or is ``@abstractmethod`` on a class that is not an
+    ``ABC`` (calling it on a subclass that does not define it fails then, not at construction)."""
+
+    path: str
+    methods: tuple[str, ...] = ()
+
+
+def _read_hooks(surface: StaticSurface, path: str) -> Hooks:
+    found = surface.lookup(path)
+    model = surface.class_model(found) if getattr(found, "kind", None) == "class" else None
+    if model is None:
+        return Hooks(path)
+    order, _ = surface.mro(model)
+    enforced = set(_read_abstract(surface, path).methods)
+    hooks: set[str] = set()
+    for cls in reversed(order):
+        for stmt in cls.node.body:
+            names = [stmt.name] if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
+                [t.id for t in getattr(stmt, "targets", [getattr(stmt, "target", None)]) if isinstance(t, ast.Name)]
+            for name in names:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and (_not_implemented(stmt) or any(
+                        ast.unparse(d).endswith("abstractmethod") for d in stmt.decorator_list)):
+                    hooks.add(name)
+                else:
+                    hooks.discard(name)
+    return Hooks(path, tuple(sorted(hooks - enforced)))
+
+
+HOOKS = Fact("hooks", _read_hooks)

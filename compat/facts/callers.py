@@ -1,0 +1,259 @@
+"""How the build's own code calls a method by name: the inbound side of a consumer's override.
+
+A consumer's class that vLLM loads (a platform, a worker, a KV connector, a scheduler's KV cache manager) is
+called by vLLM's code with vLLM's arguments, and vLLM uses what it returns. This fact finds every call in the
+build of a method by its name, ``<anything>.name(...)`` and ``collective_rpc("name", args=(...),
+kwargs={...})`` (an RPC its workers run), with what each passes (the number of positional arguments, the
+keywords, whether it unpacks ``*args``/``**kwargs``), the function it sits in (so that a call inside a method
+the consumer itself overrides can be set aside), and what the caller reads from the result (``.attr`` on the
+value, on a local it is bound to, or on each item of it).
+
+The receiver is not typed: a name shared by unrelated classes gathers their calls too, so a probe uses these
+sites as evidence for a call shape it already suspects (a keyword the new signature added), never alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from compat.facts import Fact
+from compat.syntax import FunctionNode, module_name
+from compat.vllm.modules import ModuleInfo
+from compat.vllm.static import StaticSurface
+from compat.vllm.surface import Found
+
+_RPC = ("collective_rpc", "_run_workers", "run_workers")
+
+
+@dataclass(frozen=True)
+class CallSite:
+    at: str
+    """``file:line`` of the call in the build."""
+    function: str
+    """The dotted path of the def the call sits in (``vllm.v1.core.sched.scheduler.Scheduler.schedule``)."""
+    positional: int
+    """Positional arguments the callee receives (for an RPC: the items of ``args``)."""
+    keywords: tuple[str, ...] = ()
+    unpacks: bool = False
+    """``*args`` or ``**kwargs`` (or an RPC's ``args``/``kwargs`` that are not literal): the shape is not known."""
+    rpc: bool = False
+    """Sent to the workers by ``collective_rpc("name", ...)``."""
+    reads: tuple[str, ...] = ()
+    """Attributes the caller reads on the result (on each item for an RPC's list of replies)."""
+    code: str = ""
+    guarded: bool = False
+    """The call runs only where a feature test in its function holds (``if envs.X:``, ``if
+    current_platform.is_cuda():``, ``if hasattr(...)``, or an early ``if not <flag>: return``)."""
+    receiver: str = ""
+    """The class the build declares the receiver as (``self`` in a method of ``K``: ``K``; ``self.scheduler``:
+    the annotation of ``K.scheduler``; ``current_platform``: ``Platform``); "" when it is not declared (an RPC's
+    receiver is the workers)."""
+
+
+@dataclass(frozen=True)
+class Callers:
+    name: str
+    sites: tuple[CallSite, ...] = ()
+
+
+def _shape(call: ast.Call) -> tuple[int, tuple[str, ...], bool]:
+    unpacks = any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+    return len(call.args), tuple(k.arg for k in call.keywords if k.arg), unpacks
+
+
+def _rpc_shape(call: ast.Call) -> tuple[int, tuple[str, ...], bool]:
+    """``collective_rpc("m", timeout, args, kwargs)``: the arguments the workers' ``m`` receives."""
+    args = next((k.value for k in call.keywords if k.arg == "args"), call.args[2] if len(call.args) > 2 else None)
+    kwargs = next((k.value for k in call.keywords if k.arg == "kwargs"),
+                  call.args[3] if len(call.args) > 3 else None)
+    positional, keywords, unpacks = 0, (), False
+    if isinstance(args, (ast.Tuple, ast.List)):
+        positional = len(args.elts)
+        unpacks = any(isinstance(e, ast.Starred) for e in args.elts)
+    elif args is not None:
+        unpacks = True
+    if isinstance(kwargs, ast.Dict):
+        keywords = tuple(k.value for k in kwargs.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+        unpacks = unpacks or any(k is None for k in kwargs.keys)
+    elif isinstance(kwargs, ast.Call) and ast.unparse(kwargs.func) == "dict":
+        keywords = tuple(k.arg for k in kwargs.keywords if k.arg)
+        unpacks = unpacks or any(k.arg is None for k in kwargs.keywords)
+    elif kwargs is not None and not (isinstance(kwargs, ast.Constant) and kwargs.value is None):
+        unpacks = True
+    return positional, keywords, unpacks
+
+
+def _reads(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -> tuple[str, ...]:
+    """Attributes read on the call's result: ``f().x``, ``v = f()`` then ``v.x``, and ``for r in v: r.x`` or
+    ``[r.x for r in v]`` (each reply of an RPC)."""
+    parent = parents.get(id(call))
+    if isinstance(parent, ast.Attribute) and parent.value is call:
+        return (parent.attr,)
+    if isinstance(parent, ast.Await):
+        call, parent = parent, parents.get(id(parent))  # type: ignore[assignment]
+    if isinstance(parent, ast.AnnAssign) and isinstance(parent.target, ast.Name):
+        name = parent.target.id  # ``times: list[CompilationTimes] = self.collective_rpc(...)``
+    elif isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+        name = parent.targets[0].id
+    else:
+        return ()
+    items: set[str] = set()
+    found: list[str] = []
+    for node in ast.walk(function):
+        if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.iter, ast.Name) and \
+                node.iter.id == name and isinstance(node.target, ast.Name):
+            items.add(node.target.id)
+    for node in ast.walk(function):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and isinstance(node.ctx, ast.Load) \
+                and (node.value.id == name or node.value.id in items) and getattr(node, "lineno", 0) >= call.lineno:
+            if node.attr not in found:
+                found.append(node.attr)
+    return tuple(found)
+
+
+_FEATURE = ("envs.", "current_platform.", "hasattr(", "getattr(", "isinstance(", "supports_")
+
+
+def _feature_test(test: ast.expr, function: ast.AST) -> bool:
+    """A condition that picks a feature, a platform or a capability (an environment flag read through
+    ``envs``, ``current_platform.is_...()``, ``hasattr``/``isinstance``, a ``supports_...`` flag), directly or
+    through a local assigned from one (``raw = envs.X.strip()`` then ``if not raw: return``)."""
+    text = ast.unparse(test)
+    if any(marker in text for marker in _FEATURE):
+        return True
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in node.targets):
+            if any(marker in ast.unparse(node.value) for marker in _FEATURE):
+                return True
+    return False
+
+
+def _guarded(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -> bool:
+    """The call runs only where a feature test holds: under such an ``if``/``while``/conditional expression, or
+    after an ``if <such test>: return``."""
+    node: ast.AST = call
+    while node is not function:
+        parent = parents.get(id(node))
+        if parent is None:
+            return False
+        test = getattr(parent, "test", None)
+        if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and node is not test and test is not None and \
+                _feature_test(test, function):
+            return True
+        node = parent
+    for stmt in getattr(function, "body", []):
+        if getattr(stmt, "lineno", 0) >= call.lineno:
+            break
+        if isinstance(stmt, ast.If) and any(isinstance(s, (ast.Return, ast.Raise)) for s in stmt.body) and \
+                _feature_test(stmt.test, function):
+            return True
+    return False
+
+
+def _receiver_class(surface: StaticSurface, value: ast.expr, function: ast.AST, owner: str | None) -> str:
+    """The class the build declares ``value`` as, for ``self``, ``cls``, ``self.a.b`` chains in a method and
+    ``current_platform``; "" otherwise."""
+    chain: list[str] = []
+    while isinstance(value, ast.Attribute):
+        chain.append(value.attr)
+        value = value.value
+    if not isinstance(value, ast.Name):
+        return ""
+    if value.id == "current_platform":
+        found = surface.lookup("vllm.platforms.interface.Platform")
+    elif owner is not None and isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+            (function.args.posonlyargs + function.args.args)[:1] and \
+            (function.args.posonlyargs + function.args.args)[0].arg == value.id:
+        found = surface.lookup(owner)
+    else:
+        return ""
+    for attr in reversed(chain):
+        if not isinstance(found, Found) or found.kind != "class":
+            return ""
+        found = surface.attribute_type(found, attr)
+    return found.path if isinstance(found, Found) and found.kind == "class" else ""
+
+
+def read(surface: StaticSurface, name: str) -> Callers:
+    """Every call of a method called ``name`` in the build, directly or as an RPC."""
+    root = surface.index.root
+    needle = name.encode()
+    sites: list[CallSite] = []
+    for path in sorted((root / surface.package).rglob("*.py")):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if needle not in data:
+            continue
+        info = surface.index.module(module_name(root, path))
+        if info is not None:
+            sites += _module_sites(surface, info, name)
+    return Callers(name, tuple(sites))
+
+
+def _module_sites(surface: StaticSurface, info: ModuleInfo, name: str) -> list[CallSite]:
+    parents: dict[int, ast.AST] = {}
+    for node in ast.walk(info.tree):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    sites: list[CallSite] = []
+    stack: list[tuple[list[ast.stmt], str, str | None]] = [(info.tree.body, info.name, None)]
+    while stack:
+        body, prefix, owner = stack.pop()
+        for stmt in body:
+            if isinstance(stmt, ast.ClassDef):
+                stack.append((stmt.body, f"{prefix}.{stmt.name}", f"{prefix}.{stmt.name}"))
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                sites += _function_sites(surface, info, name, stmt, f"{prefix}.{stmt.name}", owner, parents)
+    return sites
+
+
+def _function_sites(surface: StaticSurface, info: ModuleInfo, name: str, function: FunctionNode, where: str,
+                    owner: str | None, parents: dict[int, ast.AST]) -> list[CallSite]:
+    sites = []
+    for call in ast.walk(function):
+        if not isinstance(call, ast.Call):
+            continue
+        func, receiver = call.func, ""
+        if isinstance(func, ast.Attribute) and func.attr == name:
+            positional, keywords, unpacks = _shape(call)
+            rpc = False
+            receiver = _receiver_class(surface, func.value, function, owner)
+        elif isinstance(func, ast.Attribute) and func.attr in _RPC and call.args and isinstance(
+                call.args[0], ast.Constant) and call.args[0].value == name:
+            positional, keywords, unpacks = _rpc_shape(call)
+            rpc = True
+        else:
+            continue
+        sites.append(CallSite(f"{info.relpath}:{call.lineno}", where, positional, keywords, unpacks, rpc,
+                              _reads(function, call, parents), ast.unparse(call)[:200],
+                              _guarded(function, call, parents), receiver))
+    return sites
+
+
+FACT = Fact("callers", read)
+
+
+@dataclass(frozen=True)
+class SentRpcs:
+    """The names of the worker methods the build sends by ``collective_rpc("name", ...)``."""
+
+    names: tuple[str, ...] = ()
+
+
+def _read_sent(surface: StaticSurface) -> SentRpcs:
+    pattern = re.compile(rb"""\b(?:%s)\(\s*["']([A-Za-z_][A-Za-z0-9_]*)["']""" % b"|".join(r.encode() for r in _RPC))
+    names: set[str] = set()
+    for path in sorted((surface.index.root / surface.package).rglob("*.py")):
+        try:
+            names.update(m.group(1).decode() for m in pattern.finditer(path.read_bytes()))
+        except OSError:
+            continue
+    return SentRpcs(tuple(sorted(names)))
+
+
+SENT_RPCS = Fact("sent-rpcs", _read_sent)
