@@ -55,6 +55,26 @@ HELD_OUT = [
     ("vllm-metal", "0.1.0", "0.13.0", ("0.16.0",)),
 ]
 STATUSES = ("ok", "broken", "changed", "unknown", "error")
+CLASSIFIED = Path(__file__).with_name("classified.json")
+"""``broken`` findings read against both sources: {consumer, vllm, check, location, symbol, class (true, dead,
+false), why}. A finding is matched by consumer, build, check, location and symbol."""
+
+
+def classified() -> dict[tuple[str, str, str, str, str], dict]:
+    if not CLASSIFIED.exists():
+        return {}
+    return {(c["consumer"], c["vllm"], c["check"], c["location"], c["symbol"]): c
+            for c in json.loads(CLASSIFIED.read_text())}
+
+
+def verdicts(row: dict, known: dict) -> Counter:
+    """How the row's broken findings were classified: true, dead, false, or unread."""
+    found = Counter()
+    for f in row["findings"]:
+        if f["status"] == "broken":
+            entry = known.get((row["consumer"], row["vllm"], f["probe"], f["consumer_location"], f["symbol"]))
+            found[entry["class"] if entry else "unread"] += 1
+    return found
 
 
 def audit(name: str, release: str, pinned: str, later: tuple[str, ...]) -> list[dict]:
@@ -88,18 +108,28 @@ def main() -> int:
     p.add_argument("--held-out", action="store_true", help="audit the held-out consumers instead of the corpus")
     args = p.parse_args()
     rows = []
-    print(f"{'consumer':28} {'vllm':8} {'touchpoints':>11} " + " ".join(f"{s:>7}" for s in STATUSES))
+    known = classified()
+    print(f"{'consumer':28} {'vllm':8} {'touchpoints':>11} " + " ".join(f"{s:>7}" for s in STATUSES)
+          + "   broken read: true/dead/false/unread")
     for entry in HELD_OUT if args.held_out else CORPUS:
         if args.only and args.only not in entry[0]:
             continue
         for row in audit(*entry):
             rows.append(row)
             mark = " (pinned)" if row["pinned"] else ""
+            read = verdicts(row, known)
             print(f"{row['consumer']:28} {row['vllm']:8} {row['touchpoints']:>11} "
-                  + " ".join(f"{row[s]:>7}" for s in STATUSES) + mark, flush=True)
+                  + " ".join(f"{row[s]:>7}" for s in STATUSES)
+                  + f"   {read['true']}/{read['dead']}/{read['false']}/{read['unread']}" + mark, flush=True)
     pinned = [r for r in rows if r["pinned"]]
     print(f"\nat the pinned builds: {sum(r['broken'] for r in pinned)} broken, "
           f"{sum(r['unknown'] for r in pinned)} unknown over {len(pinned)} audits")
+    for label, group in (("written for", pinned), ("later", [r for r in rows if not r["pinned"]])):
+        read = sum((verdicts(r, known) for r in group), Counter())
+        judged = read["true"] + read["dead"] + read["false"]
+        share = f"{100 * read['false'] / judged:.1f}%" if judged else "n/a"
+        print(f"broken at the {label} builds, read against both sources: {read['true']} true, {read['dead']} dead "
+              f"code, {read['false']} false alarms ({share} of those read), {read['unread']} not read")
     outside = [(row, f) for row in pinned for f in row["findings"] if f["status"] == "unknown"
                and not _about_vllm(f)]
     print(f"unknown findings at the pinned builds not about a vLLM name: {len(outside)}")

@@ -188,7 +188,7 @@ class InboundProbe(Probe):
             what = f"a {declared.path}, which has no '{attr}'"
         return [Finding(
             self.name, Status.BROKEN, f"{patch.patcher}.{name}", str(patch.location), site.at,
-            f"vLLM now reads .{attr} on what {name} returns ({site.at}: {site.code}); {patch.patcher}.{name} "
+            f"vLLM now reads .{attr} on what {name} returns (at {site.at}: {site.code}); {patch.patcher}.{name} "
             f"returns {returns} ({what}), so vLLM's read fails (AttributeError)",
             Evidence(written_for=f"vLLM read {sorted(then_reads) or 'nothing'} on it",
                      audited=f"vLLM reads {sorted({a for a, _ in now_reads})} on it",
