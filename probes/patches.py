@@ -17,6 +17,7 @@ from compat.consumer.model import Kind, TouchPoint
 from compat.facts.abstract import ABSTRACT_METHODS
 from compat.facts.callers import FACT as CALLERS
 from compat.facts.callers import CallSite
+from compat.facts.lineage import FACT as LINEAGE
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, ParamKind, Signature
@@ -55,8 +56,7 @@ class VllmCalls:
     sites: tuple[CallSite, ...]
     set_aside: tuple[str, ...] = ()
     unknown: str = ""
-    """Why the calls do not tell what vLLM passes (none found, or they unpack ``*args``/``**kwargs``); "" when
-    they do."""
+    """The calls that unpack ``*args``/``**kwargs`` (what they pass is not read), said; "" when none do."""
 
     def judged(self, mine: Signature) -> list[tuple[CallSite, list]]:
         return [(site, mine.bind(site_shape(site), "it")) for site in self.sites]
@@ -73,11 +73,15 @@ def site_shape(site: CallSite) -> CallShape:
     return CallShape(site.positional, site.keywords)
 
 
-def vllm_calls(ctx: ProbeContext, name: str | None, sig: Signature) -> VllmCalls:
+def vllm_calls(ctx: ProbeContext, name: str | None, sig: Signature, owner: str = "") -> VllmCalls:
     if not name:
         return VllmCalls((), unknown="the method's name is not known")
     sites, aside, unpacking = [], [], []
+    ancestors = ctx.fact(LINEAGE, owner).ancestors if owner else ()
     for site in ctx.fact(CALLERS, name).sites:
+        if site.receiver and ancestors and site.receiver not in ancestors and \
+                owner not in ctx.fact(LINEAGE, site.receiver).ancestors:
+            continue  # the receiver is declared as a class unrelated to the one the consumer's code replaces
         if site.unpacks:
             unpacking.append(site.at)
             continue
@@ -89,11 +93,7 @@ def vllm_calls(ctx: ProbeContext, name: str | None, sig: Signature) -> VllmCalls
             aside.append(site.at)
             continue
         sites.append(site)
-    unknown = ""
-    if unpacking and not sites:
-        unknown = f"vLLM's calls of it pass *args/**kwargs ({', '.join(unpacking[:3])}): what they hold is not read"
-    elif not sites and not aside:
-        unknown = "no call of it in the build shows what vLLM passes (it may be called dynamically)"
+    unknown = f"; those at {', '.join(unpacking[:3])} pass *args/**kwargs" if unpacking else ""
     return VllmCalls(tuple(sites), tuple(aside), unknown)
 
 
@@ -183,7 +183,7 @@ class PatchProbe(Probe):
                             extra=(("consumer", f"{replacement.patcher}{mine.render()}"),))
         if new:
             # What vLLM's callers may pass is a suspicion; the build's own calls of it say what they do pass.
-            sites = vllm_calls(ctx, tp.attribute, sig_now)
+            sites = vllm_calls(ctx, tp.attribute, sig_now, owner.path if owner.kind == "class" else "")
             failing = [(site, problems) for site, problems in sites.judged(mine) if problems]
             fix = f"give {replacement.patcher} the parameters of {target}{sig_now.render()}"
             if failing:
@@ -194,13 +194,14 @@ class PatchProbe(Probe):
                     f"refuses: " + "; ".join(p.message for p in problems), where,
                     replace(evidence, extra=evidence.extra + (("vllm_calls", sites.render()),)), fix=fix,
                     symbol=target)
-            if sites.unknown:
+            if not sites.sites and not sites.set_aside:
+                # No call by name that shows its arguments (a forward called through the module or through
+                # wrappers passing *args/**kwargs): vLLM's new signature is the evidence of what callers pass.
                 return self.finding(
-                    tp, Status.UNKNOWN, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); "
-                    f"{how} {replacement.patcher}{mine.render()} refuses what vLLM's callers may now pass ("
-                    + "; ".join(new) + f"), and {sites.unknown}", where,
-                    replace(evidence, extra=evidence.extra + (("vllm_calls", sites.render()),)), fix=fix,
-                    symbol=target)
+                    tp, Status.BROKEN, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); "
+                    f"{how} {replacement.patcher}{mine.render()} refuses what vLLM's callers may now pass: "
+                    + "; ".join(new) + f" (no call of it by name in the build shows what they pass{sites.unknown})",
+                    where, evidence, fix=fix, symbol=target)
             return self.finding(
                 tp, Status.OK, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); every call "
                 f"of it in the build that reaches {how} {replacement.patcher} binds to it ({sites.render()})",

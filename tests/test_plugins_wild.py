@@ -8,7 +8,8 @@ import pytest
 
 from compat import sources
 from compat.audit.pipeline import AuditOptions, Auditor
-from compat.consumer.scan import cached_scan
+from compat.consumer import visitor
+from compat.consumer.scan import cached_scan, scan_tree
 
 pytestmark = pytest.mark.slow
 
@@ -68,3 +69,27 @@ def test_ascend_inbound_contract(build):
     mid = inbound("0.13.0", "0.17.0")
     assert any("sends profile" in f.message and "refuses" in f.message for f in mid), [f.message for f in mid]
     assert any("sends reset_encoder_cache" in f.message for f in mid), [f.message for f in mid]
+
+
+def test_a_scan_failure_in_one_file_of_a_real_consumer_is_one_error_and_the_rest_is_complete(monkeypatch):
+    """A function of vllm-tgis-adapter 0.10.0's gRPC server whose walk raises: one problem at that def, every
+    touchpoint of the other files as in the clean scan."""
+    tree = sources.tree_from_release("vllm-tgis-adapter", "0.10.0")
+    clean = scan_tree(tree)
+    original = visitor.ModuleVisitor.visit_FunctionDef
+
+    def planted(self, node):
+        if node.name == "_get_tokenizer" and self.source.relpath.endswith("grpc_server.py"):
+            raise KeyError("planted")
+        return original(self, node)
+
+    monkeypatch.setattr(visitor.ModuleVisitor, "visit_AsyncFunctionDef", planted)  # an ``async def``
+    scan = scan_tree(tree)
+    (problem,) = scan.problems
+    assert problem.location.file.endswith("grpc/grpc_server.py") and "KeyError: 'planted'" in problem.message
+
+    def elsewhere(s):
+        return {(str(t.location), t.symbol) for t in s.touchpoints if not t.location.file.endswith("grpc_server.py")}
+
+    assert elsewhere(scan) == elsewhere(clean) and elsewhere(clean)
+    assert len(scan.touchpoints) < len(clean.touchpoints)

@@ -88,8 +88,6 @@ def test_a_statement_the_scan_cannot_read_is_one_error_and_the_rest_is_audited(t
     assert lost and all(loc.startswith("pkg/first.py:5") for loc in lost)  # only what is inside `boom`
     assert any(str(t.location).startswith("pkg/second.py") for t in scan.touchpoints)
 
-    return scan
-
 
 @pytest.mark.runtime
 def test_the_audit_reports_it_as_one_error_finding_with_its_traceback(tmp_path, monkeypatch):

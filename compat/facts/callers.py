@@ -2,7 +2,7 @@
 
 A consumer's class that vLLM loads (a platform, a worker, a KV connector, a scheduler's KV cache manager) is
 called by vLLM's code with vLLM's arguments, and vLLM uses what it returns. This fact finds every call in the
-build of a method by its name, ``<anything>.name(...)`` and ``collective_rpc("name", args=(...),
+build of a callable by its name, ``<anything>.name(...)``, ``name(...)`` and ``collective_rpc("name", args=(...),
 kwargs={...})`` (an RPC its workers run), with what each passes (the number of positional arguments, the
 keywords, whether it unpacks ``*args``/``**kwargs``), the function it sits in (so that a call inside a method
 the consumer itself overrides can be set aside), and what the caller reads from the result (``.attr`` on the
@@ -223,6 +223,9 @@ def _function_sites(surface: StaticSurface, info: ModuleInfo, name: str, functio
             positional, keywords, unpacks = _shape(call)
             rpc = False
             receiver = _receiver_class(surface, func.value, function, owner)
+        elif isinstance(func, ast.Name) and func.id == name:
+            positional, keywords, unpacks = _shape(call)  # a function called by its bare name
+            rpc = False
         elif isinstance(func, ast.Attribute) and func.attr in _RPC and call.args and isinstance(
                 call.args[0], ast.Constant) and call.args[0].value == name:
             positional, keywords, unpacks = _rpc_shape(call)
