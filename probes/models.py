@@ -173,10 +173,20 @@ class ModelConventionProbe(Probe):
             yield self._finding(patch, arch, "eagle3", Status.OK, f"{facts.cls} is marked SupportsEagle3, so the "
                                 "consumer's supports_eagle3() check accepts it", facts.class_at, checks[0].location)
         else:
-            yield self._finding(patch, arch, "eagle3", Status.BROKEN,
-                                f"{facts.cls} does not implement SupportsEagle3 in this build (missing "
-                                f"{', '.join(facts.eagle3_missing)}): the consumer's supports_eagle3() check "
-                                "rejects the model", facts.class_at, checks[0].location)
+            then = ctx.fact(models.FACT, arch, surface=ctx.written_for) if ctx.written_for is not None else (
+                facts if ctx.scan.written_for == ctx.surface.build.version else None)  # this is that build
+            message = (f"{facts.cls} does not implement SupportsEagle3 in this build (missing "
+                       f"{', '.join(facts.eagle3_missing)}): the consumer's supports_eagle3() check rejects the model")
+            if then is not None and then.eagle3 is False:
+                # The consumer refuses it with its own error, as it did where it was written for: the release does
+                # not support this architecture there either, which is not a breakage of its code.
+                yield self._finding(patch, arch, "eagle3", Status.UNKNOWN, message + ", as in the build it was "
+                                    f"written for ({ctx.scan.written_for}): this release does not support "
+                                    "the architecture; its own check says so at run time", facts.class_at,
+                                    checks[0].location)
+            else:
+                yield self._finding(patch, arch, "eagle3", Status.BROKEN, message, facts.class_at,
+                                    checks[0].location)
 
 
 PROBE = ModelConventionProbe(

@@ -93,3 +93,14 @@ def test_a_scan_failure_in_one_file_of_a_real_consumer_is_one_error_and_the_rest
 
     assert elsewhere(scan) == elsewhere(clean) and elsewhere(clean)
     assert len(scan.touchpoints) < len(clean.touchpoints)
+
+
+def test_an_architecture_the_release_never_supported_is_not_its_breakage(build):
+    """speculators 0.3.0 refuses DeepSeek with its own supports_eagle3() check on 0.11.0, the build it pins, and
+    on 0.12.0 alike: unknown (not supported there), not broken; Llama is accepted on both."""
+    scan = cached_scan(sources.tree_from_release("speculators", "0.3.0"))
+    result = _audit(scan, build, "0.12.0", "0.11.0")
+    eagle3 = {f.symbol: f for f in result.findings if f.symbol.endswith(":eagle3")}
+    assert eagle3["DeepseekV3ForCausalLM:eagle3"].status.value == "unknown"
+    assert "as in the build it was written for" in eagle3["DeepseekV3ForCausalLM:eagle3"].message
+    assert eagle3["LlamaForCausalLM:eagle3"].status.value == "ok"
