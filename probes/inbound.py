@@ -27,13 +27,11 @@ from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, Signature
 from compat.vllm.surface import Found, Missing, Surface
+from probes.rpc import RPC_WRAPPERS
 
 _SCALARS = {"float": "a float", "int": "an int", "bool": "a bool", "str": "a str", "None": "None",
             "bytes": "bytes"}
 _WORKER_BASES = ("WorkerBase",)
-_WRAPPERS = ("vllm.v1.worker.worker_base.WorkerWrapperBase", "vllm.worker.worker_base.WorkerWrapperBase",
-             "vllm.v1.executor.ray_utils.RayWorkerWrapper", "vllm.executor.ray_utils.RayWorkerWrapper")
-"""What receives an RPC before the worker: a method defined there runs there, not on the worker."""
 _ENGINE = ("vllm/v1/engine/", "vllm/v1/executor/", "vllm/executor/", "vllm/engine/")
 """RPCs sent from here are the engine's own machinery; elsewhere (entry points, snapshots, RL routes) they are
 sent when a user calls that feature."""
@@ -119,7 +117,7 @@ class InboundProbe(Probe):
         sent_then = set(ctx.fact(SENT_RPCS, surface=ctx.written_for).names)
         provided = set(patch.names) | {n for cls in ctx.scan.classes for n in cls.methods
                                       if cls.qualname in {e for e, _ in ctx.scan.worker_extensions}}
-        wrappers = [w for w in (ctx.lookup(path) for path in _WRAPPERS) if isinstance(w, Found)]
+        wrappers = [w for w in (ctx.lookup(path) for path in RPC_WRAPPERS) if isinstance(w, Found)]
         found = []
         for name in ctx.fact(SENT_RPCS).names:
             if name in sent_then or name in provided or _defined_below(ctx, patch.patcher, name) or \

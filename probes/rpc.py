@@ -7,6 +7,11 @@ from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.vllm.surface import Found, Unresolved
 
+RPC_WRAPPERS = ("vllm.v1.worker.worker_base.WorkerWrapperBase", "vllm.worker.worker_base.WorkerWrapperBase",
+                "vllm.v1.executor.ray_utils.RayWorkerWrapper", "vllm.executor.ray_utils.RayWorkerWrapper")
+"""What receives an RPC before the worker (``execute_method`` on the wrapper): a method defined there runs
+there, not on the worker."""
+
 
 def _extension_classes(ctx: ProbeContext) -> list[ConsumerClass]:
     wanted = {name for name, _ in ctx.scan.worker_extensions}
@@ -50,6 +55,11 @@ class RpcProbe(Probe):
         if isinstance(member, Found):
             return self.finding(tp, Status.OK, f"worker method '{name}' exists on {worker.path}", ctx.where(member),
                                 Evidence(audited=ctx.where(member)), symbol=label)
+        for path in RPC_WRAPPERS:  # what receives an RPC before the worker may define the method itself
+            wrapper = ctx.lookup(path)
+            if isinstance(wrapper, Found) and isinstance(ctx.surface.member(wrapper, name), Found):
+                return self.finding(tp, Status.OK, f"'{name}' is run by {wrapper.path}, which receives RPCs before "
+                                    "the worker", ctx.where(wrapper), symbol=f"{wrapper.path}.{name}")
         extensions = ", ".join(c for c, _ in ctx.scan.worker_extensions) or "none declared"
         if isinstance(member, Unresolved):
             return self.finding(tp, Status.UNKNOWN, f"cannot tell whether workers have '{name}': {member.reason}",

@@ -257,13 +257,13 @@ class ExpressionReader:
                             narrowed=self.narrowed_by(node, receiver, name), alias=alias))
 
     def narrow(self, check: ast.expr) -> bool:
-        """Start the narrowing ``check`` makes if it is ``hasattr(x, "a")``; the object ``x.a`` stays known as
-        checked wherever its value flows (``narrowed_refs``)."""
-        if not (isinstance(check, ast.Call) and isinstance(check.func, ast.Name) and check.func.id == "hasattr"
-                and len(check.args) == 2 and isinstance(check.args[1], ast.Constant)
-                and isinstance(check.args[1].value, str)):
+        """Start the narrowing ``check`` makes if it is ``hasattr(x, "a")`` or ``getattr(x, "a", default)`` (as
+        is, ``is not None`` or under ``callable``); the object ``x.a`` stays known as checked wherever its value
+        flows (``narrowed_refs``)."""
+        checked = _checked_attribute(check)
+        if checked is None:
             return False
-        subject, name = check.args[0], check.args[1].value
+        subject, name = checked
         how = f"{ast.unparse(check)} at {self.loc(check)}"
         self.narrowing.append((ast.unparse(subject), name, how))
         value = self.eval(subject, record=False)
@@ -461,3 +461,20 @@ class ExpressionReader:
 
 def _none_literal(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
+
+
+def _checked_attribute(check: ast.expr) -> tuple[ast.expr, str] | None:
+    """``(x, "a")`` for ``hasattr(x, "a")``, ``getattr(x, "a", d)``, ``getattr(x, "a", None) is not None`` and
+    ``callable(getattr(x, "a", None))``; None for any other test."""
+    if isinstance(check, ast.Compare) and len(check.ops) == 1 and isinstance(check.ops[0], (ast.IsNot, ast.NotEq)) \
+            and isinstance(check.comparators[0], ast.Constant) and check.comparators[0].value is None:
+        check = check.left
+    if isinstance(check, ast.Call) and isinstance(check.func, ast.Name) and check.func.id == "callable" and \
+            len(check.args) == 1:
+        check = check.args[0]
+    if not (isinstance(check, ast.Call) and isinstance(check.func, ast.Name) and len(check.args) >= 2
+            and isinstance(check.args[1], ast.Constant) and isinstance(check.args[1].value, str)):
+        return None
+    if (check.func.id, len(check.args)) in (("hasattr", 2), ("getattr", 3)):
+        return check.args[0], check.args[1].value
+    return None

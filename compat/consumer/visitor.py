@@ -173,14 +173,16 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
     def visit_narrowed(self, test: ast.expr, body: list[ast.stmt]) -> None:
         """``body`` under ``test``'s narrowing: ``hasattr(x, "a")`` (the consumer checks before it uses ``x.a``)
         and ``isinstance(x, VllmClass)`` (``x`` is of that class here)."""
-        checks = [c for c in _conjuncts(test) if isinstance(c, ast.Call) and not c.keywords and len(c.args) == 2
-                  and isinstance(c.func, ast.Name)]
         pushed, rebound = 0, []
-        for check in checks:
-            subject, what = check.args
+        for check in _conjuncts(test):
             if self.narrow(check):
                 pushed += 1
-            elif check.func.id == "isinstance" and isinstance(subject, ast.Name):
+                continue
+            if not (isinstance(check, ast.Call) and not check.keywords and len(check.args) == 2
+                    and isinstance(check.func, ast.Name)):
+                continue
+            subject, what = check.args
+            if check.func.id == "isinstance" and isinstance(subject, ast.Name):
                 cls = self.eval(what, record=False)
                 if isinstance(cls, Sym) and is_class_like(cls.path):
                     rebound.append((subject.id, self.lookup(subject.id)))
