@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from compat.consumer.model import ClassPatch, Kind, Ref, Scan, TouchPoint
+from compat.consumer.model import ClassPatch, ConsumerClass, Kind, Ref, Scan, TouchPoint
 from compat.facts import Fact
 from compat.facts.lineage import FACT as LINEAGE
 from compat.findings import Evidence, Finding, Status
@@ -157,14 +157,10 @@ class ProbeContext:
                         if names is not None:
                             found.setdefault(patch.patcher, StandIn(patch.patcher, "replacement", names,
                                                                     str(patch.location)))
-            by_base: dict[str, list] = {}
-            for cls in self.scan.classes:
-                for base_name in cls.bases:
-                    by_base.setdefault(base_name, []).append(cls)
             stack = list(found.values())
             while stack:  # the consumer's own subclasses of those
                 parent = stack.pop()
-                for cls in by_base.get(parent.qualname, []):
+                for cls in self.subclasses(parent.qualname):
                     if cls.qualname not in found:
                         child = StandIn(cls.qualname, parent.how, parent.names | frozenset(cls.methods),
                                         str(cls.location))
@@ -199,21 +195,31 @@ class ProbeContext:
                 return found
         return None
 
-    def descendant_defining(self, qualname: str, name: str) -> str | None:
-        """A consumer class deriving from the consumer's class ``qualname`` that defines ``name``."""
-        children: dict[str, list] = {}
-        for cls in self.scan.classes:
-            for base in cls.bases:
-                children.setdefault(base, []).append(cls)
-        stack, seen = list(children.get(qualname, [])), set()
+    def subclasses(self, qualname: str) -> list[ConsumerClass]:
+        """The consumer's classes that name the consumer's class ``qualname`` as a base."""
+        if "children" not in self._memo:
+            children: dict[str, list[ConsumerClass]] = {}
+            for cls in self.scan.classes:
+                for base in cls.bases:
+                    children.setdefault(base, []).append(cls)
+            self._memo["children"] = children
+        return self._memo["children"].get(qualname, [])
+
+    def descendants(self, qualname: str) -> list[ConsumerClass]:
+        """Every consumer class deriving from the consumer's class ``qualname``, directly or not."""
+        stack, found = list(self.subclasses(qualname)), {}
         while stack:
             cls = stack.pop()
-            if cls.qualname in seen:
-                continue
-            seen.add(cls.qualname)
+            if cls.qualname not in found:
+                found[cls.qualname] = cls
+                stack.extend(self.subclasses(cls.qualname))
+        return list(found.values())
+
+    def descendant_defining(self, qualname: str, name: str) -> str | None:
+        """A consumer class deriving from the consumer's class ``qualname`` that defines ``name``."""
+        for cls in self.descendants(qualname):
             if name in cls.methods or name in (self._class_names(cls.qualname) or ()):
                 return f"{cls.qualname} ({cls.location})"
-            stack.extend(children.get(cls.qualname, []))
         return None
 
     def _class_names(self, qualname: str) -> frozenset[str] | None:

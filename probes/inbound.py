@@ -70,10 +70,10 @@ class InboundProbe(Probe):
         now_hooks = set(ctx.fact(HOOKS, base.path).methods)
         then_hooks = set(ctx.fact(HOOKS, then.path, surface=ctx.written_for).methods)
         found = []
+        worker = _is_worker(ctx, base, ctx.surface)
         for name in sorted(now_hooks - set(patch.names)):
-            if _defined_below(ctx, patch.patcher, name):
+            if ctx.descendant_defining(patch.patcher, name) is not None:
                 continue
-            worker = _is_worker(ctx, base, ctx.surface)
             own = {f"{a}.{name}" for a in ctx.fact(LINEAGE, base.path).ancestors}  # the hook's own definitions
             judged = [(s, reaches(ctx, s, base.path, patch.names, worker)) for s in ctx.fact(CALLERS, name).sites
                       if s.function not in own]
@@ -120,7 +120,7 @@ class InboundProbe(Probe):
         wrappers = [w for w in (ctx.lookup(path) for path in RPC_WRAPPERS) if isinstance(w, Found)]
         found = []
         for name in ctx.fact(SENT_RPCS).names:
-            if name in sent_then or name in provided or _defined_below(ctx, patch.patcher, name) or \
+            if name in sent_then or name in provided or ctx.descendant_defining(patch.patcher, name) is not None or \
                     not isinstance(ctx.surface.member(base, name), Missing) or \
                     any(isinstance(ctx.surface.member(w, name), Found) for w in wrappers):
                 continue
@@ -243,10 +243,6 @@ def _reads(ctx: ProbeContext, name: str, base: str, names: frozenset[str], worke
         if reaches(ctx, site, base, names, worker, surface) == "certain":
             found += [(attr, site) for attr in site.reads]
     return found
-
-
-def _defined_below(ctx: ProbeContext, qualname: str, name: str) -> bool:
-    return ctx.descendant_defining(qualname, name) is not None
 
 
 PROBE = InboundProbe(

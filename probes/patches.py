@@ -100,20 +100,7 @@ def vllm_calls(ctx: ProbeContext, name: str | None, sig: Signature, owner: str =
 def _completed_below(ctx: ProbeContext, qualname: str, missing: set[str]) -> bool:
     """A consumer class deriving from ``qualname`` defines the missing methods: ``qualname`` is an intermediate
     base the consumer completes, not the class it builds."""
-    children: dict[str, list] = {}
-    for cls in ctx.scan.classes:
-        for base in cls.bases:
-            children.setdefault(base, []).append(cls)
-    stack, seen = list(children.get(qualname, [])), set()
-    while stack:
-        cls = stack.pop()
-        if cls.qualname in seen:
-            continue
-        seen.add(cls.qualname)
-        if missing <= set(cls.methods):
-            return True
-        stack.extend(children.get(cls.qualname, []))
-    return False
+    return any(missing <= set(cls.methods) for cls in ctx.descendants(qualname))
 
 
 def _takes_anything(sig: Signature) -> bool:

@@ -14,6 +14,7 @@ import ast
 from dataclasses import dataclass
 
 from compat.facts import Fact
+from compat.facts.lineage import class_order
 from compat.vllm.static import StaticSurface
 
 _INTERFACE_BASES = frozenset({"Protocol", "ABC", "Generic"})
@@ -27,11 +28,10 @@ class Interface:
 
 
 def _read(surface: StaticSurface, path: str) -> Interface:
-    found = surface.lookup(path)
-    model = surface.class_model(found) if getattr(found, "kind", None) == "class" else None
-    if model is None:
+    order = class_order(surface, path)
+    if not order:
         return Interface(path, False)
-    order, _ = surface.mro(model)
+    model = order[0]
     if model.found.path.endswith("Mixin"):
         return Interface(path, True, f"{path} is a mixin: the class it is mixed into provides the rest")
     if all(isinstance(stmt, ast.Pass) or isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
@@ -79,27 +79,34 @@ class AbstractMethods:
 
 
 def _read_abstract(surface: StaticSurface, path: str) -> AbstractMethods:
-    found = surface.lookup(path)
-    model = surface.class_model(found) if getattr(found, "kind", None) == "class" else None
-    if model is None:
+    order = class_order(surface, path)
+    if not order:
         return AbstractMethods(path)
-    order, _ = surface.mro(model)
     enforced = any(ast.unparse(b).rsplit(".", 1)[-1] == "ABC" for cls in order for b in cls.node.bases) or any(
         k.arg == "metaclass" and ast.unparse(k.value).endswith("ABCMeta") for cls in order for k in cls.node.keywords)
     if not enforced:
         return AbstractMethods(path)
-    abstract: set[str] = set()
-    for cls in reversed(order):  # the most derived definition of a name decides, as in Python
+    return AbstractMethods(path, tuple(sorted(_left_open(order, _abstract))))
+
+
+def _abstract(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(ast.unparse(d).endswith("abstractmethod") for d in function.decorator_list)
+
+
+def _left_open(order: list, test) -> set[str]:
+    """The names whose most derived definition along ``order`` (a method resolution order) is a def that passes
+    ``test``, as Python resolves them."""
+    found: set[str] = set()
+    for cls in reversed(order):
         for stmt in cls.node.body:
             names = [stmt.name] if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
                 [t.id for t in getattr(stmt, "targets", [getattr(stmt, "target", None)]) if isinstance(t, ast.Name)]
             for name in names:
-                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-                        ast.unparse(d).endswith("abstractmethod") for d in stmt.decorator_list):
-                    abstract.add(name)
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and test(stmt):
+                    found.add(name)
                 else:
-                    abstract.discard(name)
-    return AbstractMethods(path, tuple(sorted(abstract)))
+                    found.discard(name)
+    return found
 
 
 ABSTRACT_METHODS = Fact("abstract-methods", _read_abstract)
@@ -116,24 +123,11 @@ class Hooks:
 
 
 def _read_hooks(surface: StaticSurface, path: str) -> Hooks:
-    found = surface.lookup(path)
-    model = surface.class_model(found) if getattr(found, "kind", None) == "class" else None
-    if model is None:
+    order = class_order(surface, path)
+    if not order:
         return Hooks(path)
-    order, _ = surface.mro(model)
-    enforced = set(_read_abstract(surface, path).methods)
-    hooks: set[str] = set()
-    for cls in reversed(order):
-        for stmt in cls.node.body:
-            names = [stmt.name] if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
-                [t.id for t in getattr(stmt, "targets", [getattr(stmt, "target", None)]) if isinstance(t, ast.Name)]
-            for name in names:
-                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and (_not_implemented(stmt) or any(
-                        ast.unparse(d).endswith("abstractmethod") for d in stmt.decorator_list)):
-                    hooks.add(name)
-                else:
-                    hooks.discard(name)
-    return Hooks(path, tuple(sorted(hooks - enforced)))
+    hooks = _left_open(order, lambda f: _not_implemented(f) or _abstract(f))
+    return Hooks(path, tuple(sorted(hooks - set(_read_abstract(surface, path).methods))))
 
 
 HOOKS = Fact("hooks", _read_hooks)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compat.facts import Fact
+from compat.vllm.definitions import ClassModel
 from compat.vllm.static import StaticSurface
 
 
@@ -18,13 +19,16 @@ class Lineage:
     of the build."""
 
 
-def _read(surface: StaticSurface, path: str) -> Lineage:
+def class_order(surface: StaticSurface, path: str) -> list[ClassModel] | None:
+    """The method resolution order of the build's class ``path`` (the class first); None when it is not one."""
     found = surface.lookup(path)
     model = surface.class_model(found) if getattr(found, "kind", None) == "class" else None
-    if model is None:
-        return Lineage(path)
-    order, _ = surface.mro(model)
-    return Lineage(path, tuple(cls.found.path for cls in order))
+    return surface.mro(model)[0] if model is not None else None
+
+
+def _read(surface: StaticSurface, path: str) -> Lineage:
+    order = class_order(surface, path)
+    return Lineage(path, tuple(cls.found.path for cls in order)) if order else Lineage(path)
 
 
 FACT = Fact("lineage", _read)
