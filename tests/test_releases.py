@@ -178,18 +178,44 @@ def _verdicts(result):
     return {(f.check, f.touchpoint, f.consumer_location, f.status) for f in result.findings}
 
 
-def test_sdist_file_and_source_directory_read_like_the_release(audit, build):
+def test_wheel_file_and_source_directory_read_like_the_release(audit, build):
+    """A release is read from its wheel (what pip installs); the same wheel named as a file, and the directory
+    it was read into, give the same verdicts and the version from vllm/_version.py."""
     from compat import sources
-    from compat.sources import index
 
     version = index.resolve("vllm", "0.12.0")
-    archive = index.download(index.choose_file("vllm", version))
+    chosen = index.choose_file("vllm", version)
+    assert chosen.filename.endswith(".whl") and "x86_64" in chosen.filename, chosen.filename
     tree = sources.tree_from_release("vllm", "0.12.0")
+    assert "wheel" in tree.origin and "range requests" in tree.origin
     expected = _verdicts(audit("0.12.0"))
-    from_archive = audit(str(archive))
     from_directory = audit(str(tree.root))
-    assert _verdicts(from_archive) == expected == _verdicts(from_directory)
-    assert from_archive.build.version == from_directory.build.version == "0.12.0"  # read from vllm/_version.py
+    assert _verdicts(from_directory) == expected
+    assert from_directory.build.version == "0.12.0"  # read from vllm/_version.py
+
+
+def test_a_release_is_read_from_its_wheel_not_its_sdists_placeholders(tmp_path):
+    """vLLM 0.26.0's sdist ships vllm/vllm_flash_attn without what its build copies in (layers/, ops/, cute/);
+    its own rotary embedding imports vllm.vllm_flash_attn.layers.rotary.apply_rotary_emb from the wheel. A
+    consumer importing it is fine against the release (its wheel) and broken only against the sdist."""
+    from compat import sources
+
+    sdist = next(f for f in index.list_files("vllm") if f.version == Version("0.26.0") and f.is_sdist)
+    consumer = tmp_path / "rotary_user.py"
+    consumer.write_text("from vllm.vllm_flash_attn.layers.rotary import apply_rotary_emb\n")
+    scan = scan_tree(tree_from_path(consumer))
+    statuses = {}
+    for label, spec in (("release", "0.26.0"), ("sdist", str(index.download(sdist)))):
+        result = Auditor(AuditOptions()).run(scan, open_build_for(spec))
+        statuses[label] = {f.status for f in result.findings if f.touchpoint.endswith("apply_rotary_emb")}
+    assert statuses == {"release": {Status.OK}, "sdist": {Status.BROKEN}}, statuses
+    assert (sources.tree_from_release("vllm", "0.26.0").root / "vllm/vllm_flash_attn/layers/rotary.py").is_file()
+
+
+def open_build_for(spec: str):
+    from compat.vllm.builds import open_build
+
+    return open_build(spec)
 
 
 def test_git_checkout_version_comes_from_its_tags(tmp_path):

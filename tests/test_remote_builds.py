@@ -117,3 +117,24 @@ def test_a_release_with_only_compiled_wheels_is_read_with_range_requests(cache):
     assert "range requests" in tree.origin and (tree.root / "vllm" / "v1" / "request.py").is_file()
     cached = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
     assert cached < 100 * 2**20, cached
+
+
+def test_a_release_is_read_from_what_pip_installs(monkeypatch):
+    """A pure-Python wheel, else a compiled wheel (Linux x86-64 first), and the sdist only without wheels."""
+    from packaging.version import Version
+
+    from compat.sources import index
+
+    def listing(*names):
+        return [index._to_index_file({"filename": n, "url": f"https://x/{n}"}) for n in names]
+
+    compiled = ("vllm-1.0-cp38-abi3-manylinux_2_28_aarch64.whl", "vllm-1.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+                "vllm-1.0-cp38-abi3-macosx_11_0_arm64.whl")
+    cases = [((*compiled, "vllm-1.0.tar.gz"), "vllm-1.0-cp38-abi3-manylinux_2_28_x86_64.whl"),
+             (("vllm-1.0-cp311-cp311-macosx_11_0_arm64.whl", "vllm-1.0.tar.gz"),
+              "vllm-1.0-cp311-cp311-macosx_11_0_arm64.whl"),
+             (("vllm-1.0.tar.gz", "vllm-1.0-py3-none-any.whl", compiled[1]), "vllm-1.0-py3-none-any.whl"),
+             (("vllm-1.0.zip", "vllm-1.0.tar.gz"), "vllm-1.0.tar.gz")]
+    for names, expected in cases:
+        monkeypatch.setattr(index, "list_files", lambda project, names=names: listing(*names))
+        assert index.choose_file("vllm", Version("1.0")).filename == expected, names

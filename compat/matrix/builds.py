@@ -121,15 +121,15 @@ def _found(spec: str, request: Request) -> list[Column]:
 
 
 def _choose(links: list) -> str:
-    """The file whose Python sources are read: a pure-Python wheel, else an sdist, else any wheel (read with
-    range requests, so its compiled parts cost nothing)."""
+    """The file whose Python sources are read: what pip installs, so a pure-Python wheel, else a compiled wheel
+    (Linux x86-64 first, read with range requests so its compiled parts cost nothing), else the sdist."""
     def rank(link) -> tuple[int, str]:
         name = link.filename
         if name.endswith("-none-any.whl"):
             return 0, name
-        if not name.endswith(".whl"):
-            return 1, name
-        return 2, name
+        if name.endswith(".whl"):
+            return (1 if "linux" in name and "x86_64" in name else 2), name
+        return 3, name
     best = sorted(links, key=rank)[0]
     return best.file_path.as_posix() if best.is_file else best.url_without_fragment
 

@@ -206,17 +206,22 @@ def resolve_range(project: str, request: str) -> list[Version]:
 
 
 def choose_file(project: str, version: Version) -> IndexFile:
-    """The file whose Python sources we read: a pure-Python wheel, else the sdist, else any wheel."""
+    """The file whose Python sources we read: what ``pip install`` puts on disk, so a wheel before the sdist.
+
+    A pure-Python wheel first, then a compiled wheel (Linux x86-64 first; only its Python files are fetched, with
+    range requests), the sdist only for a release without wheels. An sdist is not what runs: vLLM's ships stale
+    placeholders for what its build generates or copies in (``vllm/vllm_flash_attn``, ``vllm/third_party``)."""
     files = [f for f in list_files(project) if f.version == version]
     if not files:
         raise UnknownVersion(f"the package index has no files for {project} {version}")
-    for choice in ([f for f in files if not f.is_sdist and f.pure_python],
-                   [f for f in files if f.is_sdist and f.filename.endswith(".tar.gz")],
-                   [f for f in files if f.is_sdist],
-                   sorted((f for f in files if not f.is_sdist), key=lambda f: f.filename)):
-        if choice:
-            return choice[0]
-    raise UnknownVersion(f"no usable file for {project} {version}")
+    return min(files, key=_reading_order)
+
+
+def _reading_order(file: IndexFile) -> tuple[int, str]:
+    if not file.is_sdist:
+        return (0 if file.pure_python else 1 if "linux" in file.filename and "x86_64" in file.filename
+                else 2 if "linux" in file.filename else 3), file.filename
+    return (4 if file.filename.endswith(".tar.gz") else 5), file.filename
 
 
 def download(file: IndexFile) -> Path:

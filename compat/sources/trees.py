@@ -175,13 +175,13 @@ def tree_from_release(project: str, request: str) -> SourceTree:
     origin = f"release {project}=={version} from the package index ({kind} {chosen.filename}), read statically"
     package = canonicalize_name(project).replace("-", "_")
     if not chosen.is_sdist and not chosen.pure_python:
-        # A release with compiled wheels only (vLLM 0.15.x: 460 MB each): fetch just its Python files.
+        # A compiled wheel (vLLM's: 300-460 MB each): fetch just its Python files.
         origin = origin.replace("read statically", "its Python files read with range requests")
         tree = tree_from_path(remote.wheel_sources(chosen.url), package)
     else:
         tree = tree_from_archive(index.download(chosen), origin, package)
     tree = SourceTree(tree.root, project, str(version), origin, tree.requires)
-    manifest = {"root": str(tree.root), "origin": origin, "requires": list(tree.requires)}
+    manifest = {"root": str(tree.root), "origin": origin, "requires": list(tree.requires), "file": chosen.filename}
     atomic_write_text(_manifest_path(project, str(version)), json.dumps(manifest))
     return tree
 
@@ -197,7 +197,8 @@ def _cached_release(project: str, version: str) -> SourceTree | None:
     except (OSError, ValueError):
         return None
     root = Path(manifest["root"])
-    if not root.is_dir() or _old_wheel_layout(root):
+    if "file" not in manifest or not root.is_dir() or _old_wheel_layout(root):
+        # No "file": recorded when an sdist came before a compiled wheel; the release is read again from its wheel.
         return None
     return SourceTree(root, project, version, manifest["origin"], tuple(manifest["requires"]))
 
