@@ -11,7 +11,7 @@ import ast
 from compat.consumer.conditions import ConditionReader
 from compat.consumer.index import ConsumerIndex, ConsumerModule, IndexedClass
 from compat.consumer.model import Alias, ClassPatch, Fallback, Guard, Kind, Ref, Replacement, ReplyUse, TouchPoint
-from compat.consumer.names import Spread, binds_anywhere, literal_spread
+from compat.consumer.names import INDIRECT_CALLERS, Spread, binds_anywhere, literal_spread
 from compat.consumer.record import ModuleRecord
 from compat.consumer.values import (
     UNTYPED,
@@ -28,7 +28,7 @@ from compat.consumer.values import (
 )
 from compat.location import Location
 from compat.signature import CallShape
-from compat.syntax import call_shape, from_def
+from compat.syntax import call_shape, called_name, from_def
 
 RPC_METHODS = ("collective_rpc",)
 
@@ -62,6 +62,8 @@ class ExpressionReader:
         """vLLM names imported under ``if TYPE_CHECKING:``: not there at run time, but what annotations mean."""
         self.class_bases: dict[str, str] = {}
         """Consumer class -> the vLLM class it extends or patches (see ``SelfOf.base``)."""
+        self.super_order: dict[str, tuple[tuple[str, str], ...]] = {}
+        """Consumer class of this module -> its bases as written, read (see ``super_target``)."""
         self.conditions = ConditionReader(target, index, lambda node: self.eval(node, record=False))
         self.dict_builtin = not binds_anywhere(source.tree, "dict")
         """The module never binds ``dict``: ``dict(a=1)`` is the builtin's mapping (see ``spread``)."""
@@ -316,7 +318,18 @@ class ExpressionReader:
         if isinstance(func, ast.Attribute):
             base = self.eval(func.value, record)
             receiver: Ref | None = None
-            if isinstance(base, Obj):
+            if _is_super(func.value):
+                base = self.super_target(func.attr)
+                if func.attr == "__init__" and isinstance(base, Obj) and base.ref.symbol:
+                    # `super().__init__(...)` builds vLLM's class with these arguments, as `Base(...)` would.
+                    if record:
+                        self.add(TouchPoint(Kind.CALL, base.ref.symbol, self.loc(node), self.code(node), call=shape,
+                                            guards=tuple(self.guards), context=self.context(),
+                                            literals=self.call_literals(node)))
+                    base = None
+            if isinstance(base, Local):
+                result = self.local_call_result(Local(f"{base.qualname}.{func.attr}"))
+            elif isinstance(base, Obj):
                 receiver = base.ref
             elif isinstance(base, Sym) and is_class_like(base.path):
                 receiver = Ref.of_symbol(base.path)
@@ -333,7 +346,7 @@ class ExpressionReader:
                     self.add(TouchPoint(Kind.CALL, path, self.loc(node), self.code(node), call=shape,
                                         guards=tuple(self.guards), context=self.context()))
                 result = Obj(Ref.of_symbol(path).called())
-            else:
+            elif not isinstance(base, Local):
                 value = self.eval_attribute(func, record=False) if isinstance(base, SelfOf) else None
                 result = self.local_call_result(value)
         else:
@@ -369,7 +382,58 @@ class ExpressionReader:
             self.eval(arg.value if isinstance(arg, ast.Starred) else arg, record)
         for kw in node.keywords:
             self.eval(kw.value, record)
+        if record and called_name(node) in INDIRECT_CALLERS:
+            self.indirect_call(node)
         return result
+
+    def indirect_call(self, node: ast.Call) -> None:
+        """``Process(target=f, args=(...), kwargs={...})`` (``Thread`` too): ``f`` is called with those arguments in
+        the process (or thread) started, a call the consumer makes as surely as one written out."""
+        keywords = {k.arg: k.value for k in node.keywords if k.arg is not None}
+        target = keywords.get("target")
+        value = self.eval(target, record=False) if target is not None else None
+        if not isinstance(value, Sym):
+            return
+        args, kwargs = keywords.get("args"), keywords.get("kwargs")
+        literal = isinstance(args, (ast.Tuple, ast.List)) and not any(isinstance(a, ast.Starred) for a in args.elts)
+        keys = () if kwargs is None else self.spread_keys(kwargs)
+        shape = CallShape(positional=len(args.elts) if literal else 0, keywords=tuple(keys or ()),
+                          star_args=args is not None and not literal, star_kwargs=keys is None)
+        self.add(TouchPoint(Kind.CALL, value.path, self.loc(node), self.code(node), call=shape,
+                            guards=tuple(self.guards), context=self.context()))
+
+    def super_target(self, name: str) -> Value:
+        """What ``super().name(...)`` in a method of the class being walked reaches: the consumer's own base class
+        that defines ``name`` (a ``Local``), else ``Obj`` of the vLLM class the nearest base is, which the call
+        then touches like ``self.name(...)``; None when a base of another library comes first (it may define it).
+        The bases are searched breadth first, the method resolution order of simple hierarchies."""
+        if not self.class_stack or self.scopes[-1].kind != "function":
+            return None
+        info = self.class_stack[-1]
+        queue = list(self.super_order.get(info.qualname, ()))
+        seen: set[str] = set()
+        while queue:
+            kind, path = queue.pop(0)
+            if kind == "vllm":
+                return Obj(Ref("self", symbol=path))
+            if kind == "other":
+                return None
+            if kind != "local" or path in seen or path not in self.index.classes:
+                continue
+            seen.add(path)
+            current = self.index.classes[path]
+            if name in current.methods:
+                return Local(path)
+            queue.extend(self.indexed_base(b) for b in current.bases)
+        return None
+
+    def indexed_base(self, qualname: str) -> tuple[str, str]:
+        """A base of a class from the index (resolved through imports): the consumer's, vLLM's or another's."""
+        if qualname in self.index.classes:
+            return "local", qualname
+        if self.is_target(qualname) and is_class_like(qualname):
+            return "vllm", qualname
+        return "other", qualname
 
     def method_call(self, node: ast.Call, func: ast.expr, receiver: Ref, name: str, shape: CallShape, record: bool,
                     alias: Alias | None = None) -> Value:
@@ -457,6 +521,11 @@ class ExpressionReader:
         if isinstance(value, Sym):
             return Obj(Ref.of_symbol(value.path).called())
         return None
+
+
+def _is_super(node: ast.expr) -> bool:
+    """``super()`` (or ``super(Cls, self)``)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
 
 
 def _none_literal(node: ast.expr) -> bool:

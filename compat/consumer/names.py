@@ -19,7 +19,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from compat.consumer.model import Alias
-from compat.syntax import FunctionNode
+from compat.syntax import FunctionNode, called_name
+
+INDIRECT_CALLERS = ("Process", "Thread")
+"""Calls that call their ``target=`` with their ``args=`` and ``kwargs=`` (multiprocessing's and threading's)."""
 
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.comprehension, ast.ListComp, ast.SetComp, ast.DictComp,
@@ -220,7 +223,8 @@ def _assigned(stmt: ast.AST) -> tuple[str, ast.expr] | None:
 
 def _spreads(seen: _Occurrences, name: str, defined: Spread, block: list[ast.stmt], index: int,
              dict_builtin: bool) -> dict[ast.expr, Spread]:
-    """The keys each ``f(**name)`` passes, for ``name = <defined>`` at ``block[index]``.
+    """The keys each ``f(**name)`` (or ``Process(target=f, kwargs=name)``) passes, for ``name = <defined>`` at
+    ``block[index]``.
 
     Only when the function binds ``name`` there alone, no nested code mentions it, and every other use of it is
     ``f(**name)``, ``name["key"] = v`` or ``name.update(...)`` with readable arguments, those two as statements of
@@ -233,7 +237,8 @@ def _spreads(seen: _Occurrences, name: str, defined: Spread, block: list[ast.stm
     uses: list[ast.Name] = []
     for load in seen.loads.get(name, ()):
         parent = seen.parents[load]
-        if isinstance(parent, ast.keyword) and parent.arg is None and isinstance(seen.parents[parent], ast.Call):
+        if isinstance(parent, ast.keyword) and isinstance(seen.parents[parent], ast.Call) and (
+                parent.arg is None or parent.arg == "kwargs" and called_name(seen.parents[parent]) in INDIRECT_CALLERS):
             uses.append(load)
             continue
         change = _change(seen, load, dict_builtin)

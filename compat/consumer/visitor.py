@@ -266,6 +266,8 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         if target is None:
             bases = self.vllm_bases(node)
             target, kind, others = (bases[0] if bases else None), "subclass", tuple(bases[1:])
+        if info is not None:
+            self.super_order[qualname] = tuple(self.base_entry(base) for base in node.bases)
         if target is not None and info is not None:
             self.class_bases[qualname] = target
             names = info.own_names() if kind == "patch" else self.index.declared_names(info)
@@ -283,6 +285,17 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         self.scopes.pop()
         if info is not None:
             self.class_stack.pop()
+
+    def base_entry(self, base: ast.expr) -> tuple[str, str]:
+        """One base as ``super()`` sees it: ("local", qualname), ("vllm", path), ("typing", name) or ("other", text)."""
+        generic = base.value if isinstance(base, ast.Subscript) else base
+        value = self.eval(generic, record=False)
+        if isinstance(value, Local):
+            return "local", value.qualname
+        if isinstance(value, Sym) and is_class_like(value.path):
+            return "vllm", value.path
+        name = _last_name(generic)
+        return ("typing" if name in _TYPING_GENERICS or name in ("object", "ABC") else "other"), name
 
     def patched_target(self, node: ast.ClassDef) -> str | None:
         """``class P(Patcher[vllm_thing])`` with ``Patcher`` not vLLM's (the consumer's, or a patching library's)

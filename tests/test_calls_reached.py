@@ -1,0 +1,132 @@
+"""Calls the consumer makes without writing ``vllm_thing(...)``: ``super().m(...)`` in a subclass of a vLLM class
+calls vLLM's ``m`` (``super().__init__(...)`` builds vLLM's class); ``Process(target=f, args=..., kwargs=...)``
+calls ``f`` with those arguments. Each binds to the build's signature like a call written out; a base of the
+consumer's own that defines ``m`` (or another library's base that comes first) is not vLLM's."""
+
+from __future__ import annotations
+
+import pytest
+
+from compat.audit.pipeline import run_probes
+from compat.consumer.scan import scan_tree
+from compat.findings import Status
+from compat.probe import ProbeContext
+from compat.sources import tree_from_path
+from compat.vllm.builds import open_build
+
+from .trees import write_tree
+
+VLLM = {
+    "vllm/__init__.py": "",
+    "vllm/_version.py": '__version__ = "9.0.0"\n',
+    "vllm/proposer.py": """
+        class Proposer:
+            def __init__(self, vllm_config, device):
+                self.device = device
+
+            def propose(self, num_tokens, batch, sampled):
+                return []
+
+
+        def worker_main(vllm_config, rank, *, ready_pipe):
+            return None
+    """,
+}
+
+
+def _findings(tmp_path, monkeypatch, consumer: str, symbol: str):
+    monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
+    surface = open_build(str(write_tree(tmp_path / "vllm", VLLM))).surface
+    tree = write_tree(tmp_path / "c", {"c.py": consumer})
+    found = run_probes(ProbeContext(scan_tree(tree_from_path(tree / "c.py")), surface, None))
+    return [f for f in found if f.check == "call" and f.symbol.endswith(symbol)]
+
+
+SUBCLASS = """
+    import torch
+    from vllm.proposer import Proposer
+
+
+    class Mixin:
+        def propose(self, *args):
+            return args
+
+
+    class Mine({bases}):
+        def __init__(self, vllm_config):
+            super().__init__({init})
+
+        def propose(self, batch, sampled):
+            return super().propose({args})
+"""
+
+
+@pytest.mark.parametrize(("args", "status"), [("batch, sampled", Status.BROKEN), ("3, batch, sampled", Status.OK),
+                                              ("batch, sampled=sampled", Status.BROKEN)])
+def test_super_calls_bind_to_the_vllm_base(tmp_path, monkeypatch, args, status):
+    consumer = SUBCLASS.format(bases="Proposer", init="vllm_config, 'cpu'", args=args)
+    findings = _findings(tmp_path, monkeypatch, consumer, "Proposer.propose")
+    assert [f.status for f in findings] == [status], [f.message for f in findings]
+
+
+@pytest.mark.parametrize(("init", "status"), [("vllm_config, 'cpu'", Status.OK), ("vllm_config", Status.BROKEN),
+                                              ("vllm_config, device='cpu', extra=1", Status.BROKEN)])
+def test_super_init_builds_the_vllm_base(tmp_path, monkeypatch, init, status):
+    consumer = SUBCLASS.format(bases="Proposer", init=init, args="3, batch, sampled")
+    found = _findings(tmp_path, monkeypatch, consumer, "Proposer")
+    findings = [f for f in found if f.consumer_location.endswith(":12")]
+    assert [f.status for f in findings] == [status], [f.message for f in findings]
+
+
+def test_super_reaching_another_base_first_is_not_vllms(tmp_path, monkeypatch):
+    # Mixin defines propose: super().propose is the consumer's own. It has no __init__: super().__init__() is
+    # vLLM's, called without the arguments it requires.
+    consumer = SUBCLASS.format(bases="Mixin, Proposer", init="", args="batch, sampled")
+    assert not _findings(tmp_path, monkeypatch, consumer, "Proposer.propose")
+    built = [f for f in _findings(tmp_path, monkeypatch, consumer, "Proposer") if f.consumer_location.endswith(":12")]
+    assert [f.status for f in built] == [Status.BROKEN]
+    # torch.nn.Module comes first and may define either: neither is judged.
+    consumer = SUBCLASS.format(bases="torch.nn.Module, Proposer", init="", args="batch, sampled")
+    assert not [f for f in _findings(tmp_path, monkeypatch, consumer, "Proposer") if f.consumer_location.endswith(
+        (":12", ":15"))]
+
+
+PROCESS = """
+    import multiprocessing
+    from vllm.proposer import worker_main
+
+
+    def start(cfg):
+        kwargs = {kwargs}
+        return multiprocessing.Process(target=worker_main, args=(cfg,), kwargs=kwargs, daemon=True)
+"""
+
+
+@pytest.mark.parametrize(("kwargs", "status"), [
+    ('{"rank": 0, "ready_pipe": None}', Status.OK),
+    ('{"rank": 0}', Status.BROKEN),  # ready_pipe is required
+    ('{"rank": 0, "ready_pipe": None, "death_pipe": None}', Status.BROKEN),
+])
+def test_a_process_target_is_called_with_its_args_and_kwargs(tmp_path, monkeypatch, kwargs, status):
+    findings = _findings(tmp_path, monkeypatch, PROCESS.format(kwargs=kwargs), "worker_main")
+    assert [f.status for f in findings] == [status], [f.message for f in findings]
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_super_propose_of_vllm_ascend_is_broken_by_vllm_0_26():
+    """vllm-ascend 0.18.0's suffix proposer forwards
+    ``super().propose(self.runner.input_batch, valid_sampled_token_ids)`` (spec_decode/suffix_proposer.py);
+    vLLM 0.26.0's SuffixDecodingProposer.propose takes (num_speculative_tokens, input_batch, sampled_token_ids,
+    slot_mappings=None), so sampled_token_ids is left unbound. At 0.18.0, the release it was written for, the
+    same call binds."""
+    from compat import sources
+    from compat.audit.pipeline import AuditOptions, Auditor
+
+    scan = scan_tree(sources.tree_from_release("vllm-ascend", "0.18.0"))
+    statuses = {}
+    for version in ("0.18.0", "0.26.0"):
+        result = Auditor(AuditOptions()).run(scan, open_build(version))
+        statuses[version] = {f.status for f in result.findings if f.check == "call" and "suffix_proposer" in
+                             f.consumer_location and f.symbol.endswith("SuffixDecodingProposer.propose")}
+    assert statuses == {"0.18.0": {Status.OK}, "0.26.0": {Status.BROKEN}}, statuses
