@@ -87,3 +87,43 @@ def test_an_rpc_the_worker_wrapper_runs_exists(tmp_path, monkeypatch, method, st
     findings = [f for f in run_probes(ProbeContext(scan_tree(tree_from_path(consumer / "c.py")), surface, None))
                 if f.check == "rpc"]
     assert [f.status for f in findings] == [status], [f.message for f in findings]
+
+
+REAL_CONSUMER = """
+    from vllm import LLM
+    from vllm.config import SchedulerConfig
+
+
+    def chunked(config: SchedulerConfig):
+        {use}
+
+
+    def send(llm: LLM):
+        return llm.collective_rpc({method!r}, args=({{}},))
+"""
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(("use", "method", "at_0_13"), [
+    ("return config.chunked_prefill_enabled", "update_environment_variables", Status.BROKEN),
+    ("if getattr(config, 'chunked_prefill_enabled', None) is not None:\n            "
+     "return config.chunked_prefill_enabled", "update_environment_variables", Status.OK),
+])
+def test_checks_first_on_real_releases(tmp_path, use, method, at_0_13):
+    """vLLM 0.11.0's SchedulerConfig has ``chunked_prefill_enabled`` (config/scheduler.py:114); 0.13.0's does not.
+    ``update_environment_variables`` is defined by WorkerWrapperBase (v1/worker/worker_base.py), which receives
+    every RPC before the worker, and by no worker class: an RPC of it exists in both."""
+    consumer = write_tree(tmp_path / "c", {"c.py": REAL_CONSUMER.format(use=use, method=method)})
+    scan = scan_tree(tree_from_path(consumer / "c.py"))
+    for version, expected in (("0.11.0", Status.OK), ("0.13.0", at_0_13)):
+        found = run_probes(ProbeContext(scan, open_build(version).surface, None))
+        attribute = {f.status for f in found if f.symbol.endswith("chunked_prefill_enabled")}
+        assert attribute == {expected}, (version, [f.message for f in found])
+        assert [f.status for f in found if f.check == "rpc"] == [Status.OK], (version, [f.message for f in found])
+
+
+@pytest.mark.network
+def test_an_rpc_no_worker_or_wrapper_defines_is_broken_on_a_real_release(tmp_path):
+    consumer = write_tree(tmp_path / "c", {"c.py": REAL_CONSUMER.format(use="return None", method="no_such_rpc")})
+    found = run_probes(ProbeContext(scan_tree(tree_from_path(consumer / "c.py")), open_build("0.13.0").surface, None))
+    assert [f.status for f in found if f.check == "rpc"] == [Status.BROKEN], [f.message for f in found]
