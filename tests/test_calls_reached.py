@@ -20,6 +20,11 @@ VLLM = {
     "vllm/__init__.py": "",
     "vllm/_version.py": '__version__ = "9.0.0"\n',
     "vllm/proposer.py": """
+        import functools
+
+        registry = {}
+
+
         class Proposer:
             def __init__(self, vllm_config, device):
                 self.device = device
@@ -28,8 +33,32 @@ VLLM = {
                 return []
 
 
-        def worker_main(vllm_config, rank, *, ready_pipe):
-            return None
+        class Proc:
+            def __init__(self, vllm_config, rank):
+                self.rank = rank
+
+            @staticmethod
+            def worker_main(*args, **kwargs):
+                ready = kwargs.pop("ready_pipe")
+                kwargs.pop("death_pipe", None)
+                return Proc(*args, **kwargs), ready
+
+
+        worker_main = Proc.worker_main
+
+
+        def traced(obj=None, *, name=""):
+            return functools.partial(traced, name=name) if obj is None else registry["otel"](obj)
+
+
+        class Traced:
+            @traced(name="init")
+            def __init__(self, vllm_config, rank):
+                self.rank = rank
+
+            @staticmethod
+            def worker_main(*args, **kwargs):
+                return Traced(*args, **kwargs)
     """,
 }
 
@@ -104,12 +133,24 @@ PROCESS = """
 
 @pytest.mark.parametrize(("kwargs", "status"), [
     ('{"rank": 0, "ready_pipe": None}', Status.OK),
-    ('{"rank": 0}', Status.BROKEN),  # ready_pipe is required
-    ('{"rank": 0, "ready_pipe": None, "death_pipe": None}', Status.BROKEN),
+    ('{"rank": 0, "ready_pipe": None, "death_pipe": None}', Status.OK),  # popped before Proc is built
+    ('{"rank": 0}', Status.BROKEN),  # worker_main pops ready_pipe without a default
+    ('{"ready_pipe": None}', Status.BROKEN),  # Proc requires rank
+    ('{"rank": 0, "ready_pipe": None, "device": "cpu"}', Status.BROKEN),  # Proc takes no device
 ])
 def test_a_process_target_is_called_with_its_args_and_kwargs(tmp_path, monkeypatch, kwargs, status):
+    """worker_main takes (*args, **kwargs) and passes them on to Proc: a call binds to Proc's parameters and the
+    keys worker_main pops."""
     findings = _findings(tmp_path, monkeypatch, PROCESS.format(kwargs=kwargs), "worker_main")
     assert [f.status for f in findings] == [status], [f.message for f in findings]
+
+
+def test_passing_on_to_a_callable_the_reading_cannot_follow_is_unknown(tmp_path, monkeypatch):
+    consumer = PROCESS.format(kwargs='{"rank": 0, "device": "cpu"}').replace("worker_main", "Traced")
+    consumer = consumer.replace("target=Traced", "target=Traced.worker_main")
+    findings = _findings(tmp_path, monkeypatch, consumer, "Traced.worker_main")
+    assert [f.status for f in findings] == [Status.UNKNOWN], [f.message for f in findings]
+    assert "passes its arguments on to vllm.proposer.Traced" in findings[0].message
 
 
 @pytest.mark.slow
@@ -130,3 +171,25 @@ def test_super_propose_of_vllm_ascend_is_broken_by_vllm_0_26():
         statuses[version] = {f.status for f in result.findings if f.check == "call" and "suffix_proposer" in
                              f.consumer_location and f.symbol.endswith("SuffixDecodingProposer.propose")}
     assert statuses == {"0.18.0": {Status.OK}, "0.26.0": {Status.BROKEN}}, statuses
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_vllm_ascend_starts_workers_without_an_argument_vllm_0_18_requires():
+    """vllm-ascend 0.13.0 starts each worker with ``context.Process(target=WorkerProc.worker_main,
+    kwargs=process_kwargs)`` (patch/platform/patch_multiproc_executor.py), the dict written out just above.
+    vLLM's ``worker_main(*args, **kwargs)`` pops ``ready_pipe``/``death_pipe`` and builds ``WorkerProc(*args,
+    **kwargs)``; 0.18.0's ``WorkerProc.__init__`` (behind ``@instrument``, which keeps the signature) requires
+    ``is_driver_worker``, which the dict lacks. At 0.13.0, the release it was written for, the call binds."""
+    from compat import sources
+    from compat.audit.pipeline import AuditOptions, Auditor
+
+    scan = scan_tree(sources.tree_from_release("vllm-ascend", "0.13.0"))
+    found = {}
+    for version in ("0.13.0", "0.18.0"):
+        result = Auditor(AuditOptions()).run(scan, open_build(version))
+        found[version] = [f for f in result.findings if f.check == "call" and f.symbol.endswith(
+            "WorkerProc.worker_main") and "patch_multiproc_executor" in f.consumer_location]
+    assert [f.status for f in found["0.13.0"]] == [Status.OK], [f.message for f in found["0.13.0"]]
+    assert [f.status for f in found["0.18.0"]] == [Status.BROKEN], [f.message for f in found["0.18.0"]]
+    assert "is_driver_worker" in found["0.18.0"][0].message

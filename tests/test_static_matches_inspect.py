@@ -29,7 +29,7 @@ NAMES = [
     "shapes.structs.Params", "shapes.structs.KwParams", "shapes.structs.Derived",
     "shapes.wrapping.decorated_keeps", "shapes.decorated_keeps", "shapes.wrapping.decorated_factory",
     "shapes.wrapping.decorated_replaced", "shapes.wrapping.decorated_registered", "shapes.wrapping.cached",
-    "shapes.wrapping.Holder.method",
+    "shapes.wrapping.Holder.method", "shapes.wrapping.instrumented", "shapes.wrapping.Instrumented",
 ]
 
 

@@ -60,7 +60,32 @@ class CallableReader:
         sig = self._literal_defaults(sig, defined.owner, defined.module)
         if obj.kind in ("method", "classmethod", "property"):
             sig = sig.drop_first()
-        return sig
+        return self.forwarded(defined.module, defined.function, sig) or sig
+
+    def forwarded(self, info: ModuleInfo, node: FunctionNode, sig: Signature,
+                  depth: int = 0) -> Signature | Unresolved | None:
+        """What a def taking only ``(*args, **kwargs)`` accepts when it passes them on whole to one callable of the
+        build: that callable's parameters, less the keys it pops first, which it takes itself (``WorkerProc.
+        worker_main`` pops ``ready_pipe`` and builds ``WorkerProc(*args, **kwargs)``); Unresolved when that
+        callable's signature is not known (a call binding ``(*args, **kwargs)`` is not known to work); None for any
+        other def."""
+        kinds = [p.kind for p in sig.parameters]
+        if kinds != [ParamKind.VAR_POSITIONAL, ParamKind.VAR_KEYWORD] or depth > _MAX_DEPTH:
+            return None
+        args, kwargs = (p.name for p in sig.parameters)
+        calls = [c for c in ast.walk(node) if isinstance(c, ast.Call) and _passes_on(c, args, kwargs)]
+        if len(calls) != 1:
+            return None
+        target = self.surface.resolve_expr(info, calls[0].func)
+        if not isinstance(target, Found) or target.kind not in ("class", "function", "staticmethod"):
+            return None
+        inner = self.signature(target)
+        if isinstance(inner, Unresolved):
+            return Unresolved(f"passes its arguments on to {target.path}: {inner.reason}", outside=inner.outside)
+        popped = _popped(node, kwargs)
+        kept = [p for p in inner.parameters if p.name not in popped]
+        at = next((i for i, p in enumerate(kept) if p.kind == ParamKind.VAR_KEYWORD), len(kept))
+        return Signature(tuple(kept[:at]) + tuple(popped.values()) + tuple(kept[at:]), sig.returns)
 
     # ---- functions -----------------------------------------------------------------------
     def decorated(self, info: ModuleInfo, node: FunctionNode,
@@ -88,7 +113,7 @@ class CallableReader:
         if resolved.kind != "function" or depth > _MAX_DEPTH or defined is None or defined.function is None:
             return Unresolved(f"decorated by {ast.unparse(target)}, which the static reading cannot follow")
         deco_info, deco_node = defined.module, defined.function
-        if isinstance(deco, ast.Call):
+        if isinstance(deco, ast.Call) and not _partial_of_itself(deco_node):
             inner = _returned_function(deco_node)
             if inner is None:
                 if _returns_param(deco_node):
@@ -96,19 +121,47 @@ class CallableReader:
                 return Unresolved(f"decorator factory {resolved.path} returns something the static reading cannot "
                                   "follow")
             deco_node = inner
+        # A decorator usable with and without arguments (``@instrument(span_name=...)`` returns
+        # ``functools.partial(instrument, ...)``): applied, it is the function itself, given the decorated one.
         return self._wrapper_signature(deco_info, deco_node, sig, resolved.path, depth)
 
     def _wrapper_signature(self, info: ModuleInfo, deco_node: FunctionNode,
                            sig: Signature, name: str, depth: int) -> Signature | Unresolved:
-        if _returns_param(deco_node):
+        if _returns_param(deco_node) or self._hands_on(info, deco_node, depth):
             return sig
+        wrappers = _returned_functions(deco_node)
+        if wrappers and all(_wraps(w) for w in wrappers):
+            return sig  # `return async_wrapper if iscoroutinefunction(f) else sync_wrapper`, each wrapping f
         wrapper = _returned_function(deco_node)
         if wrapper is None:
             return Unresolved(f"decorated by {name}, which returns something the static reading cannot follow")
-        if any(ast.unparse(d.func if isinstance(d, ast.Call) else d).rsplit(".", 1)[-1] == "wraps"
-               for d in wrapper.decorator_list):
+        if _wraps(wrapper):
             return sig
         return self.decorated(info, wrapper, depth + 1)
+
+    def _hands_on(self, info: ModuleInfo, node: FunctionNode, depth: int) -> bool:
+        """Every way out of decorator ``node`` hands back the decorated function, or what a decorator of the build
+        that keeps signatures (``functools.wraps``) makes of it: ``return obj``, ``return otel_wrap(func=obj)``
+        with ``otel_wrap`` taken from a backend table of the module; its own ``functools.partial`` (the
+        decorator's form with arguments) is not a way out when it is applied."""
+        params = [a.arg for a in node.args.posonlyargs + node.args.args]
+        returns = [r.value for r in _own_returns(node) if r.value is not None and not _is_partial_of(r.value, node)]
+        if not params or not returns or depth > _MAX_DEPTH:
+            return False
+        for value in returns:
+            if isinstance(value, ast.Name) and value.id == params[0]:
+                continue
+            if not (isinstance(value, ast.Call) and any(isinstance(a, ast.Name) and a.id == params[0] for a in
+                                                        [*value.args, *(k.value for k in value.keywords)])):
+                return False
+            target = self.surface.resolve_expr(info, _from_table(info, node, value.func) or value.func)
+            defined = definition(target) if isinstance(target, Found) and target.kind == "function" else None
+            if defined is None or defined.function is None:
+                return False
+            keeps = self._wrapper_signature(defined.module, defined.function, Signature(()), target.path, depth + 1)
+            if isinstance(keeps, Unresolved):
+                return False
+        return True
 
     # ---- classes -------------------------------------------------------------------------
     def constructor(self, model: ClassModel) -> Signature | Unresolved:
@@ -314,6 +367,65 @@ def _default_node(call: ast.Call) -> ast.expr | None:
     return None
 
 
+def _wraps(wrapper: FunctionNode) -> bool:
+    return any(ast.unparse(d.func if isinstance(d, ast.Call) else d).rsplit(".", 1)[-1] == "wraps"
+               for d in wrapper.decorator_list)
+
+
+def _is_partial_of(value: ast.expr, node: FunctionNode) -> bool:
+    """``functools.partial(node, ...)``: the decorator ``node`` itself, with its arguments bound."""
+    return isinstance(value, ast.Call) and ast.unparse(value.func).rsplit(".", 1)[-1] == "partial" and \
+        bool(value.args) and isinstance(value.args[0], ast.Name) and value.args[0].id == node.name
+
+
+def _partial_of_itself(node: FunctionNode) -> bool:
+    return any(r.value is not None and _is_partial_of(r.value, node) for r in _own_returns(node))
+
+
+def _from_table(info: ModuleInfo, node: FunctionNode, func: ast.expr) -> ast.expr | None:
+    """What a name unpacked from a module-level table holds: ``_, wrap = BACKENDS["otel"]`` in ``node`` with
+    ``BACKENDS = {"otel": (available, instrument_otel)}`` gives ``instrument_otel``."""
+    if not isinstance(func, ast.Name):
+        return None
+    for stmt in ast.walk(node):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Tuple)
+                and isinstance(stmt.value, ast.Subscript) and isinstance(stmt.value.value, ast.Name)
+                and isinstance(stmt.value.slice, ast.Constant)):
+            continue
+        names = [t.id if isinstance(t, ast.Name) else None for t in stmt.targets[0].elts]
+        if func.id not in names:
+            continue
+        for top in info.tree.body:
+            target = top.targets[0] if isinstance(top, ast.Assign) and len(top.targets) == 1 else \
+                top.target if isinstance(top, ast.AnnAssign) else None
+            if isinstance(target, ast.Name) and target.id == stmt.value.value.id and isinstance(top.value, ast.Dict):
+                for key, value in zip(top.value.keys, top.value.values):
+                    if isinstance(key, ast.Constant) and key.value == stmt.value.slice.value and \
+                            isinstance(value, ast.Tuple) and len(value.elts) == len(names):
+                        return value.elts[names.index(func.id)]
+    return None
+
+
+def _passes_on(call: ast.Call, args: str, kwargs: str) -> bool:
+    """``f(*args, **kwargs)`` and nothing else."""
+    return len(call.args) == 1 and isinstance(call.args[0], ast.Starred) and isinstance(call.args[0].value, ast.Name) \
+        and call.args[0].value.id == args and len(call.keywords) == 1 and call.keywords[0].arg is None and \
+        isinstance(call.keywords[0].value, ast.Name) and call.keywords[0].value.id == kwargs
+
+
+def _popped(node: FunctionNode, kwargs: str) -> dict[str, Parameter]:
+    """``kwargs.pop("key")`` (required) and ``kwargs.pop("key", default)`` in a def: keyword-only parameters."""
+    found: dict[str, Parameter] = {}
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "pop" and \
+                isinstance(call.func.value, ast.Name) and call.func.value.id == kwargs and call.args and \
+                isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+            default = ast.unparse(call.args[1]) if len(call.args) > 1 else None
+            found.setdefault(call.args[0].value, Parameter(call.args[0].value, ParamKind.KEYWORD_ONLY,
+                                                           has_default=default is not None, default=default))
+    return found
+
+
 def _own_returns(node: FunctionNode) -> list[ast.Return]:
     """The return statements of ``node`` itself, not of the functions nested in it."""
     found: list[ast.Return] = []
@@ -334,6 +446,19 @@ def _returned_function(node: FunctionNode) -> FunctionNode | None:
         if isinstance(ret.value, ast.Name) and ret.value.id in inner:
             return inner[ret.value.id]
     return None
+
+
+def _returned_functions(node: FunctionNode) -> list[FunctionNode]:
+    """Every inner def ``node`` returns, through ``a if test else b`` too; empty if it returns anything else."""
+    inner = {s.name: s for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    found: list[FunctionNode] = []
+    for ret in _own_returns(node):
+        values = [ret.value.body, ret.value.orelse] if isinstance(ret.value, ast.IfExp) else [ret.value]
+        for value in values:
+            if not (isinstance(value, ast.Name) and value.id in inner):
+                return []
+            found.append(inner[value.id])
+    return found
 
 
 def _returns_param(node: FunctionNode) -> bool:
