@@ -37,7 +37,8 @@ class AttributeProbe(Probe):
             cause = (("cause", owner.reason),) if isinstance(owner, Missing) else ()
             return self.finding(tp, status, f"class of {tp.receiver.render()} unknown, '{name}' not checked: {reason}",
                                 evidence=Evidence(traceback=getattr(owner, "traceback", None), extra=cause))
-        member = ctx.member(owner, name)
+        # super() reaches past the consumer's class: what the class itself defines is not there.
+        member = ctx.surface.member(owner, name) if tp.via_super else ctx.member(owner, name)
         before = None
         if ctx.written_for is not None:
             old_owner = ctx.class_of(tp.receiver, ctx.written_for)
@@ -85,6 +86,13 @@ class AttributeProbe(Probe):
                                     f"held as ({interface.why}); the class implementing it at runtime decides",
                                     ctx.where(owner), replace(evidence, extra=(("missing", member.reason),)),
                                     symbol=label)
+        if tp.via_super and tp.context.endswith(f".{name}"):
+            # `super().m(...)` in the consumer's override of m: it runs when the override does, and vLLM, whose
+            # class no longer has m, no longer calls it (the patch probe reports the override).
+            return self.finding(tp, Status.CHANGED, f"{label} is not in this build: the consumer's override of "
+                                f"'{name}' calls it through super(), which fails wherever the override still runs; "
+                                "vLLM no longer calls it", ctx.where(owner),
+                                replace(evidence, extra=(("missing", member.reason),)), symbol=label)
         names = ctx.surface.member_names(owner) if hasattr(ctx.surface, "member_names") else ()
         close = difflib.get_close_matches(name, list(names), n=2, cutoff=0.6)
         verb = "writes" if tp.store else ("calls" if tp.call is not None else "reads")

@@ -193,3 +193,30 @@ def test_vllm_ascend_starts_workers_without_an_argument_vllm_0_18_requires():
     assert [f.status for f in found["0.13.0"]] == [Status.OK], [f.message for f in found["0.13.0"]]
     assert [f.status for f in found["0.18.0"]] == [Status.BROKEN], [f.message for f in found["0.18.0"]]
     assert "is_driver_worker" in found["0.18.0"][0].message
+
+
+def test_super_of_a_method_vllm_dropped_in_its_own_override_is_changed_not_broken(tmp_path, monkeypatch):
+    """``super().gone(...)`` in the consumer's override of ``gone``, which vLLM's class no longer has: it fails only
+    where the override still runs, and vLLM no longer calls it. The same call from another method is broken."""
+    consumer = """
+        from vllm.proposer import Proposer
+
+
+        class Mine(Proposer):
+            def gone(self, x):
+                return super().gone(x)
+
+            def other(self, x):
+                return super().gone(x)
+    """
+    findings = _findings_of(tmp_path, monkeypatch, consumer, "attribute")
+    by_line = {f.consumer_location.rsplit(":", 1)[1]: f.status for f in findings if f.symbol.endswith(".gone")}
+    assert by_line == {"6": Status.CHANGED, "9": Status.BROKEN}, [f.message for f in findings]
+
+
+def _findings_of(tmp_path, monkeypatch, consumer: str, check: str):
+    monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
+    surface = open_build(str(write_tree(tmp_path / "vllm", VLLM))).surface
+    tree = write_tree(tmp_path / "c", {"c.py": consumer})
+    return [f for f in run_probes(ProbeContext(scan_tree(tree_from_path(tree / "c.py")), surface, None))
+            if f.check == check]

@@ -252,11 +252,11 @@ class ExpressionReader:
         return Ref("self", symbol=value.base) if value.base else None
 
     def attribute_touch(self, node: ast.expr, receiver: Ref, name: str, call: CallShape | None = None,
-                        store: bool = False, alias: Alias | None = None) -> None:
+                        store: bool = False, alias: Alias | None = None, via_super: bool = False) -> None:
         self.add(TouchPoint(Kind.ATTRIBUTE, f"{receiver.render()}.{name}", self.loc(node), self.code(node),
                             call=call, receiver=receiver, attribute=name, store=store,
                             guards=tuple(self.guards), context=self.context(),
-                            narrowed=self.narrowed_by(node, receiver, name), alias=alias))
+                            narrowed=self.narrowed_by(node, receiver, name), alias=alias, via_super=via_super))
 
     def narrow(self, check: ast.expr) -> bool:
         """Start the narrowing ``check`` makes if it is ``hasattr(x, "a")`` or ``getattr(x, "a", default)`` (as
@@ -339,7 +339,8 @@ class ExpressionReader:
                         and not self.has_attribute(info.qualname, func.attr) and not self.is_defined(info, func.attr):
                     receiver = self.inherited(base)
             if receiver is not None:
-                result = self.method_call(node, func, receiver, func.attr, shape, record)
+                result = self.method_call(node, func, receiver, func.attr, shape, record,
+                                          via_super=_is_super(func.value))
             elif isinstance(base, Sym):
                 path = f"{base.path}.{func.attr}"
                 if record:
@@ -436,11 +437,11 @@ class ExpressionReader:
         return "other", qualname
 
     def method_call(self, node: ast.Call, func: ast.expr, receiver: Ref, name: str, shape: CallShape, record: bool,
-                    alias: Alias | None = None) -> Value:
+                    alias: Alias | None = None, via_super: bool = False) -> Value:
         """A call of ``receiver.name``, an attribute of a vLLM object, written out or through the local name
         ``alias`` bound to it: the same touchpoints either way, at the call."""
         if record:
-            self.attribute_touch(func, receiver, name, call=shape, alias=alias)
+            self.attribute_touch(func, receiver, name, call=shape, alias=alias, via_super=via_super)
             if name in RPC_METHODS:
                 self.rpc_touch(node, receiver)
         return Reply(self.loc(node)) if name in RPC_METHODS else Obj(receiver.attr(name).called())

@@ -142,6 +142,8 @@ class TouchPoint:
     around ``x.a``, or a ``try`` whose handler catches AttributeError (source text and location)."""
     alias: Alias | None = None
     """For ATTRIBUTE touchpoints of a call made through a local name bound to the attribute: that name."""
+    via_super: bool = False
+    """A call ``super().m(...)``: it reaches vLLM's ``m``, never the consumer class's own."""
 
 
 @dataclass(frozen=True)
