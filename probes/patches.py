@@ -97,6 +97,43 @@ def vllm_calls(ctx: ProbeContext, name: str | None, sig: Signature, owner: str =
     return VllmCalls(tuple(sites), tuple(aside), unknown)
 
 
+_CONSTRUCTION = ("__init__", "__post_init__", "__new__")
+
+
+def _stale_state(ctx: ProbeContext, patcher: str, owner: Found) -> tuple[str, str] | None:
+    """``(x, reader)`` when the override ``patcher`` (``pkg.Class.method``), which vLLM no longer calls, is the
+    only method of its class (bases and subclasses of the consumer's included) to write ``self.x`` after
+    construction, and a method of the class that vLLM still has or the consumer adds reads it; else None."""
+    qualname, _, method = patcher.rpartition(".")
+    classes = {c.qualname: c for c in ctx.scan.classes}
+    own = classes.get(qualname)
+    if own is None:
+        return None
+    family = [own, *(classes[b] for b in own.bases if b in classes), *ctx.descendants(qualname)]
+    states = [(cls, state) for cls in family for state in cls.state]
+    mine = next((state for cls, state in states if cls is own and state.method == method), None)
+    if mine is None:
+        return None
+    for attr in mine.writes:
+        if any(attr in state.writes for _, state in states if state.method not in (method, *_CONSTRUCTION)):
+            continue
+        for cls, state in states:
+            if state.method in (method, *_CONSTRUCTION) or attr not in state.reads:
+                continue
+            if _gone(ctx, owner, state.method):
+                continue  # another override vLLM no longer calls: it reads nothing any more either
+            return attr, f"{cls.qualname}.{state.method}"
+    return None
+
+
+def _gone(ctx: ProbeContext, owner: Found, method: str) -> bool:
+    """``method`` overrides a name of ``owner`` that the build written for had and this one lacks."""
+    if ctx.written_for is None or not isinstance(ctx.surface.member(owner, method), Missing):
+        return False
+    then = ctx.written_for.lookup(owner.path)
+    return isinstance(then, Found) and isinstance(ctx.written_for.member(then, method), Found)
+
+
 def _completed_below(ctx: ProbeContext, qualname: str, missing: set[str]) -> bool:
     """A consumer class deriving from ``qualname`` defines the missing methods: ``qualname`` is an intermediate
     base the consumer completes, not the class it builds."""
@@ -125,8 +162,21 @@ class PatchProbe(Probe):
         target = f"{owner.path}.{tp.attribute}"
         if isinstance(now, Missing):
             # An override vLLM stops calling fails nothing by itself (the consumer's class still has the method):
-            # what it did is no longer done, which may matter or not (changed). A patch or a replacement assigned
-            # over a name that is gone is the consumer's code missing its target (broken).
+            # what it did is no longer done, which may matter or not (changed), unless the class's other code reads
+            # state only the override wrote (broken). A patch or a replacement assigned over a name that is gone is
+            # the consumer's code missing its target (broken).
+            stale = _stale_state(ctx, replacement.patcher, owner) if replacement.how == "subclass" else None
+            if stale is not None:
+                attr, reader = stale
+                return self.finding(
+                    tp, Status.BROKEN, f"{target}, which the override {replacement.patcher} replaces, is gone from "
+                    f"this build, so vLLM no longer calls the override; it was the only method to write self.{attr} "
+                    f"after construction, and {reader} still reads it: what it reads is no longer kept up to date",
+                    evidence=Evidence(written_for=f"{target} exists", audited=now.reason,
+                                      written_for_build=ctx.written_for.build.version if ctx.written_for else None,
+                                      extra=(("writes", f"self.{attr}"), ("read by", reader))),
+                    fix=f"find what replaced {target} in this build and write self.{attr} from there",
+                    symbol=target)
             status = Status.CHANGED if replacement.how == "subclass" else Status.BROKEN
             return self.finding(
                 tp, status, f"{target}, which {how} {replacement.patcher} replaces, is gone from this build: "

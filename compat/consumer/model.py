@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from compat.consumer.guards import GuardExpr
+from compat.consumer.state import MethodState
 from compat.location import Location
 from compat.signature import CallShape, Signature
 
@@ -162,6 +163,8 @@ class ConsumerClass:
     bases: tuple[str, ...] = ()
     extends: tuple[str, ...] = ()
     """Methods that call the base's own (``super().m(...)`` in ``m``): they add to vLLM's code, which still runs."""
+    state: tuple[MethodState, ...] = ()
+    """What each method writes and reads of the object's own attributes."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from compat.consumer.index import ConsumerIndex, ConsumerModule
 from compat.consumer.model import ConsumerClass, Kind, ReplyUse, Scan, ScanProblem
 from compat.consumer.patches import model_patch
 from compat.consumer.record import ForwardReplacement, ModuleRecord
+from compat.consumer.state import class_state
 from compat.consumer.steps import step_loops
 from compat.consumer.values import ClassAttributes
 from compat.consumer.visitor import walk_module
@@ -126,7 +127,7 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False,
     patches = tuple(dict.fromkeys(p for record in records for p in record.class_patches))
     classes = tuple(
         ConsumerClass(info.qualname, Location(_module_relpath(modules, info.module), info.node.lineno),
-                      tuple(sorted(info.methods)), info.bases, _extends(info.methods))
+                      tuple(sorted(info.methods)), info.bases, _extends(info.methods), class_state(info.methods))
         for info in index.classes.values())
     read = (_guarded(problems, f.location, model_patch, index, f) for f in forwards)
     model_patches = tuple(patch for patch in read if patch is not None)
