@@ -120,6 +120,39 @@ def test_super_reaching_another_base_first_is_not_vllms(tmp_path, monkeypatch):
         (":12", ":15"))]
 
 
+def test_super_past_another_class_is_not_judged(tmp_path, monkeypatch):
+    """``super(Proposer, self).__init__(...)`` starts past vLLM's Proposer (at its base, which the scan does not
+    read): not Proposer's own constructor, so not bound to it."""
+    consumer = """
+        from vllm.proposer import Proposer
+
+
+        class Mine(Proposer):
+            def __init__(self, vllm_config):
+                super(Proposer, self).__init__()
+                super(Mine, self).__init__(vllm_config)
+    """
+    found = [f for f in _findings(tmp_path, monkeypatch, consumer, "Proposer") if f.check == "call"]
+    assert [(f.consumer_location, f.status) for f in found] == [("c.py:7", Status.BROKEN)], [f.message for f in found]
+
+
+def test_super_in_a_class_made_inside_a_method_is_not_the_outer_classes(tmp_path, monkeypatch):
+    """vllm-ascend's ``_create_optimized_custom_model`` defines ``class Inner(AscendQwen2Model)`` inside a method of
+    its subclass of a vLLM class: ``super().forward(...)`` there is Inner's base's, not vLLM's."""
+    consumer = """
+        from vllm.proposer import Proposer
+
+
+        class Mine(Proposer):
+            def make(self, other_base):
+                class Inner(other_base):
+                    def propose(self, batch):
+                        return super().propose(batch)
+                return Inner()
+    """
+    assert not _findings(tmp_path, monkeypatch, consumer, "Proposer.propose")
+
+
 PROCESS = """
     import multiprocessing
     from vllm.proposer import worker_main

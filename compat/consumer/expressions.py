@@ -319,7 +319,7 @@ class ExpressionReader:
             base = self.eval(func.value, record)
             receiver: Ref | None = None
             if _is_super(func.value):
-                base = self.super_target(func.attr)
+                base = self.super_target(func.attr, func.value)
                 if func.attr == "__init__" and isinstance(base, Obj) and base.ref.symbol:
                     # `super().__init__(...)` builds vLLM's class with these arguments, as `Base(...)` would.
                     if record:
@@ -403,14 +403,17 @@ class ExpressionReader:
         self.add(TouchPoint(Kind.CALL, value.path, self.loc(node), self.code(node), call=shape,
                             guards=tuple(self.guards), context=self.context()))
 
-    def super_target(self, name: str) -> Value:
+    def super_target(self, name: str, call: ast.Call) -> Value:
         """What ``super().name(...)`` in a method of the class being walked reaches: the consumer's own base class
         that defines ``name`` (a ``Local``), else ``Obj`` of the vLLM class the nearest base is, which the call
         then touches like ``self.name(...)``; None when a base of another library comes first (it may define it).
         The bases are searched breadth first, the method resolution order of simple hierarchies."""
-        if not self.class_stack or self.scopes[-1].kind != "function":
-            return None
+        if not self.class_stack or len(self.scopes) < 2 or self.scopes[-1].kind != "function" or \
+                self.scopes[-2].kind != "class" or self.scopes[-2].qualname != self.class_stack[-1].qualname:
+            return None  # not directly in a method of an indexed class (a class made inside a function is not one)
         info = self.class_stack[-1]
+        if call.args and not (isinstance(call.args[0], ast.Name) and call.args[0].id == info.node.name):
+            return None  # super(Other, self): the search starts past another class, whose bases are not read here
         queue = list(self.super_order.get(info.qualname, ()))
         seen: set[str] = set()
         while queue:
