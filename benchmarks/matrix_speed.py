@@ -52,7 +52,11 @@ def cold(newest: int) -> None:
             started = time.perf_counter()
             opened = fetch(columns, Request([]), workers=workers)
             took = time.perf_counter() - started
-            size = sum(p.stat().st_size for p in Path(cache, "dists").glob("*"))
+            # Whole archives (sdists) land in dists/; a wheel's Python files are fetched with range requests and
+            # their directory records how many bytes that took.
+            size = sum(p.stat().st_size for p in Path(cache, "dists").glob("*")) + sum(
+                int(p.read_text().split()[0]) for p in Path(cache, "remote").glob("*/.complete")
+                if p.read_text().split()[:1] and p.read_text().split()[0].isdigit())
             errors = [c.label for c, b in opened if b is None]
             print(f"cold fetch of {', '.join(c.label for c in columns)} with {workers} at a time: {took:.1f} s, "
                   f"{size / 2**20:.0f} MiB downloaded ({size / 2**20 / took:.1f} MiB/s)"

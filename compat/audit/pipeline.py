@@ -49,6 +49,8 @@ class AuditOptions:
 @dataclass
 class Auditor:
     options: AuditOptions = field(default_factory=AuditOptions)
+    _references: dict[str, Surface] = field(default_factory=dict, repr=False, compare=False)
+    """The builds consumers were written for, opened once per auditor (a matrix audits many builds against one)."""
 
     def scan_consumer(self) -> Scan:
         from compat.gate.progress import ProgressBar
@@ -104,7 +106,9 @@ class Auditor:
         if not version or version == surface.build.version:
             return None
         try:
-            return open_build(version, self.options.target).surface
+            if version not in self._references:
+                self._references[version] = open_build(version, self.options.target).surface
+            return self._references[version]
         except CompatError as exc:
             notes.append(f"the build the consumer was written for ({version}) could not be read: {exc}")
             return None
