@@ -126,6 +126,26 @@ def _stale_state(ctx: ProbeContext, patcher: str, owner: Found) -> tuple[str, st
     return None
 
 
+def _renamed(ctx: ProbeContext, patcher: str, owner: Found, name: str) -> str | None:
+    """The member of ``owner`` that took the place of ``name``, which is gone: one new since the build written for
+    whose name extends ``name`` or differs from it only by leading underscores (``get_cache_scale`` ->
+    ``get_cache_scale_mapper``, ``run_model`` -> ``_run_model``), and which the consumer's class (or a subclass of
+    it) does not define; None when there is none or more than one."""
+    if ctx.written_for is None or not hasattr(ctx.surface, "member_names"):
+        return None
+    then = ctx.written_for.lookup(owner.path)
+    if not isinstance(then, Found) or not hasattr(ctx.written_for, "member_names"):
+        return None
+    new = set(ctx.surface.member_names(owner)) - set(ctx.written_for.member_names(then))
+    bare = name.lstrip("_")
+    candidates = sorted(m for m in new if m.lstrip("_") == bare or m.startswith(f"{name}_"))
+    qualname = patcher.rpartition(".")[0]
+    defined = {m for cls in ctx.scan.classes if cls.qualname == qualname for m in cls.methods} | {
+        m for cls in ctx.descendants(qualname) for m in cls.methods}
+    candidates = [m for m in candidates if m not in defined]
+    return candidates[0] if len(candidates) == 1 else None
+
+
 def _gone(ctx: ProbeContext, owner: Found, method: str) -> bool:
     """``method`` overrides a name of ``owner`` that the build written for had and this one lacks."""
     if ctx.written_for is None or not isinstance(ctx.surface.member(owner, method), Missing):
@@ -177,6 +197,18 @@ class PatchProbe(Probe):
                                       extra=(("writes", f"self.{attr}"), ("read by", reader))),
                     fix=f"find what replaced {target} in this build and write self.{attr} from there",
                     symbol=target)
+            renamed = _renamed(ctx, replacement.patcher, owner, tp.attribute) if replacement.how == "subclass" \
+                else None
+            if renamed is not None:
+                return self.finding(
+                    tp, Status.BROKEN, f"{target}, which the override {replacement.patcher} replaces, is gone from "
+                    f"this build, and {owner.path} has {renamed} instead, new since the build it was written for, "
+                    f"which the consumer's class does not override: vLLM calls its own {renamed} where it called the "
+                    "override, so what the override did is no longer done",
+                    evidence=Evidence(written_for=f"{target} exists", audited=now.reason,
+                                      written_for_build=ctx.written_for.build.version if ctx.written_for else None,
+                                      extra=(("renamed to", f"{owner.path}.{renamed}"),)),
+                    fix=f"override {owner.path}.{renamed} with what {replacement.patcher} does", symbol=target)
             status = Status.CHANGED if replacement.how == "subclass" else Status.BROKEN
             return self.finding(
                 tp, status, f"{target}, which {how} {replacement.patcher} replaces, is gone from this build: "
