@@ -226,8 +226,14 @@ class ProbeContext:
         for patch in self.scan.class_patches:
             if patch.patcher == qualname and patch.kind == "subclass":
                 return frozenset(patch.names)
-        cls = next((c for c in self.scan.classes if c.qualname == qualname), None)
+        cls = self.consumer_class(qualname)
         return frozenset(cls.methods) if cls is not None else None
+
+    def consumer_class(self, qualname: str) -> ConsumerClass | None:
+        """The consumer's class ``qualname``, as the scan recorded it."""
+        if "classes" not in self._memo:
+            self._memo["classes"] = {c.qualname: c for c in self.scan.classes}
+        return self._memo["classes"].get(qualname)
 
     def replaced(self, path: str, surface: Surface | None = None) -> str | None:
         """Where the consumer replaces vLLM's ``path`` (a function, a class, a method) with its own code, if it

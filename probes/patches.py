@@ -105,11 +105,11 @@ def _stale_state(ctx: ProbeContext, patcher: str, owner: Found) -> tuple[str, st
     only method of its class (bases and subclasses of the consumer's included) to write ``self.x`` after
     construction, and a method of the class that vLLM still has or the consumer adds reads it; else None."""
     qualname, _, method = patcher.rpartition(".")
-    classes = {c.qualname: c for c in ctx.scan.classes}
-    own = classes.get(qualname)
+    own = ctx.consumer_class(qualname)
     if own is None:
         return None
-    family = [own, *(classes[b] for b in own.bases if b in classes), *ctx.descendants(qualname)]
+    bases = [base for base in map(ctx.consumer_class, own.bases) if base is not None]
+    family = [own, *bases, *ctx.descendants(qualname)]
     states = [(cls, state) for cls in family for state in cls.state]
     mine = next((state for cls, state in states if cls is own and state.method == method), None)
     if mine is None:
@@ -140,9 +140,9 @@ def _renamed(ctx: ProbeContext, patcher: str, owner: Found, name: str) -> str | 
     bare = name.lstrip("_")
     candidates = sorted(m for m in new if m.lstrip("_") == bare or m.startswith(f"{name}_"))
     qualname = patcher.rpartition(".")[0]
-    defined = {m for cls in ctx.scan.classes if cls.qualname == qualname for m in cls.methods} | {
-        m for cls in ctx.descendants(qualname) for m in cls.methods}
-    candidates = [m for m in candidates if m not in defined]
+    own = ctx.consumer_class(qualname)
+    candidates = [m for m in candidates if not (own is not None and m in own.methods)
+                  and ctx.descendant_defining(qualname, m) is None]
     return candidates[0] if len(candidates) == 1 else None
 
 
