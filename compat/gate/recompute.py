@@ -16,7 +16,9 @@ sample, smallest per-token cosine) and with every other state, so a mismatch can
 
 from __future__ import annotations
 
+import random
 import traceback
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -186,7 +188,7 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         """The sample's entry in the report's ``reference.samples``."""
         view = self.view
-        return {"sample": f"{view.file}" + (f"#{view.index}" if view.index is not None else ""),
+        return {"sample": _name(view),
                 "tokens": self.tokens, "numbering": self.numbering, "dtype": view.layers[0].dtype,
                 "layers": [m.as_dict() for m in self.layers]}
 
@@ -257,18 +259,26 @@ _NUMBERING_TEXT = {"output": "layer id k = output of decoder layer k (speculator
                    "infer": "no layer ids: each stored layer is matched to the closest residual-stream state"}
 
 
-def _pick(candidates: list[SampleView], k: int) -> list[SampleView]:
-    if k <= 0 or not candidates:
+RANDOM = "at random (no outlier left)"
+"""Why a sample was recomputed when it was not an outlier."""
+
+
+def _pick(candidates: list[SampleView], k: int,
+          outliers: Mapping[tuple[str, int | None], str]) -> list[tuple[SampleView, str]]:
+    """Up to ``k`` samples and why each: the outliers of the dataset comparison first (in the dataset's order),
+    then others drawn at random (seeded: a run is repeatable)."""
+    if k <= 0:
         return []
-    if len(candidates) <= k:
-        return candidates
-    step = (len(candidates) - 1) / (k - 1) if k > 1 else 0
-    return [candidates[round(i * step)] for i in range(k)]
+    first = [(v, outliers[(v.file, v.index)]) for v in candidates if (v.file, v.index) in outliers][:k]
+    rest = [v for v in candidates if (v.file, v.index) not in outliers]
+    drawn = random.Random(0).sample(rest, min(len(rest), k - len(first)))
+    return first + [(v, RANDOM) for v in sorted(drawn, key=rest.index)]
 
 
-def recompute(options: GateOptions, exp: Expectations, candidates: list[SampleView]) -> ReferenceRun:
-    """Compare up to ``options.reference_samples`` sound samples, spread over ``candidates``, with HF; check every
-    candidate's token pairing."""
+def recompute(options: GateOptions, exp: Expectations, candidates: list[SampleView],
+              outliers: Mapping[tuple[str, int | None], str] | None = None) -> ReferenceRun:
+    """Compare up to ``options.reference_samples`` sound samples with HF, the ``outliers`` (sample -> why) first, the
+    rest at random; check every candidate's token pairing."""
     device = reference_device(options.reference_device)
     ref = HFReference(options.reference, device)
     lows: dict[str, HFReference] = {}
@@ -276,7 +286,8 @@ def recompute(options: GateOptions, exp: Expectations, candidates: list[SampleVi
     model_type = getattr(ref.model.config, "model_type", None)
     comparisons: list[Comparison | ComparisonError] = []
     numberings = set()
-    for view in _pick(candidates, options.reference_samples):
+    picked = _pick(candidates, options.reference_samples, outliers or {})
+    for view, _why in picked:
         numbering = resolve_numbering(options.layer_numbering, view.layout)
         if exp.stored_layer_ids(view) is None:
             numbering = "infer"  # no ids to number: say which states the layers are, and check their order
@@ -289,12 +300,16 @@ def recompute(options: GateOptions, exp: Expectations, candidates: list[SampleVi
                                                lows.get(dtype)))
         except Exception as exc:  # noqa: BLE001 - one sample failing to run is a finding, the others still run
             comparisons.append(ComparisonError(view, str(exc), type(exc).__name__, traceback.format_exc()))
-    picked = len(comparisons)
     pairing = check_pairing(candidates, ref.model.get_input_embeddings().weight.detach().cpu())
     report = {"model": str(options.reference), "numbering": "; ".join(sorted(numberings)) or "no sample was compared",
-              "recomputed": picked, "candidates": len(candidates), "pairing": pairing.summary,
+              "recomputed": len(comparisons), "candidates": len(candidates),
+              "picked": [{"sample": _name(view), "why": why} for view, why in picked], "pairing": pairing.summary,
               "samples": [c.as_dict() for c in comparisons if isinstance(c, Comparison)]}
     return ReferenceRun(report, [*comparisons, *pairing.pairings])
+
+
+def _name(view: SampleView) -> str:
+    return f"{view.file}" + (f"#{view.index}" if view.index is not None else "")
 
 
 def _compare_sample(ref: HFReference, view: SampleView, exp: Expectations, numbering: str, n_layers: int,

@@ -12,7 +12,10 @@ JSON schema ``compat.gate/1`` (``as_json``)::
                  "layouts": {layout: files}, "failures_by_rule": {rule: n},
                  "skipped_samples": [location], "ok", "broken", "changed", "unknown", "error", "allowed",
                  "exit_code", "strict"},
+     "consistency": null | {layout: {"samples", "outliers",
+                 "shared_prefix": {"groups", "samples", "note"}, "scale": {"samples", "note"}}},
      "reference": null | {"model", "numbering", "recomputed", "candidates",
+                 "picked": [{"sample", "why"}],
                  "pairing": {"samples", "checked", "layer", "typical_lean", "strength", ["note"]},
                  "samples": [{"sample", "layers": [{"slot", "layer_id", "state", "max_rel", "rel", "min_cos",
                  "best_state", "best_rel"}]}]},
@@ -33,6 +36,7 @@ from typing import Any
 from compat import __version__
 from compat.findings import Finding, Verdict
 from compat.gate.expect import Expectations
+from compat.gate.recompute import RANDOM
 
 SCHEMA = "compat.gate/1"
 
@@ -62,6 +66,8 @@ class GateResult(Verdict):
     reference: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
     strict: bool = False
+    consistency: dict[str, Any] | None = None
+    """Per layout, what the dataset comparison ran (``compat.gate.consistency``); None without --values."""
 
     tool = "compat.gate"
 
@@ -86,6 +92,8 @@ class GateResult(Verdict):
             if value is not None:
                 shown = list(value.value) if isinstance(value.value, tuple) else value.value
                 facts.append((label, f"{shown} ({value.source})"))
+        for layout, c in (self.consistency or {}).items():
+            facts.append(("compared", _compared(layout, c)))
         if self.reference:
             ref = self.reference
             facts.append(("reference", f"{ref['model']}: {ref['numbering']}"))
@@ -112,15 +120,29 @@ class GateResult(Verdict):
                         "failures_by_rule": self.failures_by_rule(), "skipped_samples": list(s.skipped_samples),
                         **self.counts(), "exit_code": self.exit_code, "strict": self.strict},
             "reference": self.reference,
+            "consistency": self.consistency,
             "notes": list(self.notes),
             "findings": [f.as_dict() for f in self.findings],
         }
+
+
+def _compared(layout: str, c: dict[str, Any]) -> str:
+    """What the dataset comparison of one layout's samples covered."""
+    prefix, scale = c["shared_prefix"], c["scale"]
+    shared = (f"{prefix['samples']} share first tokens with others ({prefix['groups']} groups)" if not prefix["note"]
+              else f"shared first tokens {prefix['note']}")
+    scaled = f"{scale['samples']} compared by scale" if not scale["note"] else f"scale {scale['note']}"
+    return (f"{layout}: {c['samples']} samples with the rest of the dataset: {shared}; {scaled}; "
+            f"{c['outliers']} outliers")
 
 
 def _verified(ref: dict[str, Any]) -> str:
     """How many samples the reference check covered, and how."""
     pairing = ref.get("pairing") or {}
     text = f"recomputed {ref.get('recomputed', 0)} of {ref.get('candidates', 0)} samples with HF transformers"
+    outliers = sum(1 for p in ref.get("picked", ()) if p["why"] != RANDOM)
+    if ref.get("picked"):
+        text += f" ({outliers} outliers first, the rest at random)" if outliers else " (at random: no outlier)"
     if pairing.get("layer"):
         text += (f"; token pairing checked on {pairing['checked']} of {pairing['samples']} (layer {pairing['layer']}, "
                  f"typical lean {pairing['typical_lean']:.3g})")

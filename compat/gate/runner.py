@@ -1,12 +1,13 @@
 """The gate's pipeline: find files, read them, judge them phase by phase, report.
 
-    discover -> read (compat.gate.read) -> [--values: value_stats] -> rules, phase by phase -> GateResult
-                                        -> [--reference: recompute] -> the reference rule
+    discover -> read (compat.gate.read) -> [--values: value_stats -> consistency] -> rules, phase by phase
+                                        -> [--reference: recompute, outliers first] -> the reference rule
+                                        -> GateResult
 
 Each phase's checks (``compat.gate.rules.checks``) run over that phase's subjects: reading faults and
-failures, sample headers, measured values, reference comparisons. ``run_gate(GateOptions(...))`` is the
-whole gate; ``compat.gate.cli`` only parses flags and renders. The gate opens data files read-only and
-never modifies, moves or deletes them.
+failures, sample headers, measured values, each sample's standing in its dataset, reference comparisons.
+``run_gate(GateOptions(...))`` is the whole gate; ``compat.gate.cli`` only parses flags and renders. The gate
+opens data files read-only and never modifies, moves or deletes them.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import gc
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from compat.errors import CompatError
+from compat.findings import Status
 from compat.gate import expect
 from compat.gate.collect import Found, Key, collect, where
+from compat.gate.consistency import Standing, compare_samples
 from compat.gate.discover import discover
 from compat.gate.options import GateOptions
 from compat.gate.read.files import NOT_DATA, read_file
@@ -29,6 +33,8 @@ from compat.gate.read.views import FailureKind, FileView, ReadFailure
 from compat.gate.recompute import recompute
 from compat.gate.result import GateResult, GateSummary
 from compat.gate.rules import RULES, STRUCTURAL, checks
+from compat.gate.rules.dataset import CONSISTENCY
+from compat.gate.rules.reference import REFERENCE
 from compat.gate.rules.rule import Context, Phase
 from compat.gate.rules.values import NONFINITE_POLICIES
 from compat.gate.value_stats import FileValues, scan_file
@@ -96,6 +102,38 @@ def _value_subjects(scanned: list[tuple[str, FileValues]], base: Context,
             yield path, None, values.failure, base
 
 
+def measures_values(options: GateOptions) -> bool:
+    """``--values``, or ``--reference``, which picks the samples to recompute from what the values show."""
+    return options.values or options.reference is not None
+
+
+def _dataset_subjects(scanned: list[tuple[str, FileValues]], found: Found,
+                      contexts: dict[Layout, Context]) -> tuple[Subjects, dict[Key, Standing], dict]:
+    """Phase.DATASET: each measured sample nothing has failed yet, against the others of its layout."""
+    measured = [v for _, values in scanned for v in values.samples
+                if (v.view.file, v.view.index) not in found and (v.view.file, None) not in found]
+    standings: dict[Key, Standing] = {}
+    summaries = {}
+    for layout in Layout:
+        of_layout = [v for v in measured if v.view.layout is layout]
+        if of_layout:
+            run = compare_samples(of_layout)
+            summaries[layout.value] = run.summary
+            standings.update(((s.values.view.file, s.values.view.index), s) for s in run.standings)
+    subjects = [(key[0], key[1], s, contexts[s.values.view.layout]) for key, s in standings.items()]
+    return subjects, standings, summaries
+
+
+def _confirmed(found: Found) -> None:
+    """A sample the dataset comparison set apart that HF transformers reproduces is right: its finding is kept,
+    allowed."""
+    for pairs in found.values():
+        if any(rule == REFERENCE.name and f.status is Status.OK for rule, f in pairs):
+            pairs[:] = [(rule, replace(f, allowed="HF transformers reproduces this sample: the reference check "
+                                                  "passed") if rule == CONSISTENCY.name else f)
+                        for rule, f in pairs]
+
+
 def _read(files: list[str], options: GateOptions, exp: expect.Expectations,
           progress: Progress | None) -> tuple[list[FileView], list[tuple[str, FileValues]]]:
     """Every file's view, and with ``--values`` what its sound samples' values measure."""
@@ -106,7 +144,7 @@ def _read(files: list[str], options: GateOptions, exp: expect.Expectations,
     for n, path in enumerate(files, 1):
         view = read_file(path, options.layout, hidden_hint, layers_hint)
         views.append(view)
-        if options.values and view.failure is None:
+        if measures_values(options) and view.failure is None:
             scanned.append((path, scan_file(view, exp.vocab_size is not None)))
         if progress is not None:
             progress(n, len(files))
@@ -138,6 +176,8 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     _judge(Phase.READ, _read_subjects(views, base, contexts), found)
     _judge(Phase.HEADER, ((s.file, s.index, s, contexts[s.layout]) for s in samples), found)
     skipped = _judge(Phase.VALUES, _value_subjects(scanned, base, contexts), found)
+    subjects, standings, consistency = _dataset_subjects(scanned, found, contexts)
+    _judge(Phase.DATASET, subjects, found)
     layouts = Counter(v.samples[0].layout for v in views if v.samples)
     shown_layout = layouts.most_common(1)[0][0] if layouts else None
     if shown_layout is not None:
@@ -149,10 +189,12 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
         failed = {key for key, pairs in found.items() if any(rule in STRUCTURAL for rule, _ in pairs)}
         candidates = [s for s in samples if s.sound and (s.file, s.index) not in failed
                       and (s.file, None) not in failed]
-        run = recompute(options, exp, candidates)
+        outliers = {key: s.why() for key, s in standings.items() if s.outlier}
+        run = recompute(options, exp, candidates, outliers)
         reference = run.report
         _judge(Phase.REFERENCE, ((c.view.file, c.view.index, c, contexts[c.view.layout]) for c in run.comparisons),
                found)
+        _confirmed(found)
     findings = collect(views, found, options.ignore, root)
     summary = GateSummary(
         files=len(views), samples=len(samples), tokens=sum(s.tokens or 0 for s in samples),
@@ -166,4 +208,4 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     if data_config is not None:
         notes.append(f"speculators data_config.json read from {data_config}")
     return GateResult(tuple(findings), summary, exp, tuple(map(str, options.paths)), str(root), options.as_dict(),
-                      reference, tuple(notes), options.strict)
+                      reference, tuple(notes), options.strict, consistency or None)

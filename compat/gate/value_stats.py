@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import traceback
 from dataclasses import dataclass
+from functools import cache
+from typing import Any
 
 from compat.gate.read.tensor_data import SampleTensors, open_file
 from compat.gate.read.views import FailureKind, FileView, ReadFailure, SampleView
@@ -32,6 +34,13 @@ class LayerStats:
     first_zero: int | None = None
     median_rms: float = 0.0
     """Median over tokens of the per-token RMS (NaN ignored)."""
+    body_rms: float | None = None
+    """The same without the first token (the attention sink, whose state is far larger in trained models);
+    None for a sample of one token. What the dataset comparison (``compat.gate.consistency``) compares."""
+    repeated_rows: int = 0
+    """Tokens whose row is identical to the previous token's although their token ids differ (never, in a
+    model's states: two different tokens enter as two different embeddings)."""
+    first_repeated: int | None = None
 
     @property
     def nonzero(self) -> bool:
@@ -51,6 +60,35 @@ class SampleValues:
     mask_values: tuple = ()
     """Loss-mask values other than 0 and 1, sorted."""
     bytes_read: int = 0
+    prefix: Prefix | None = None
+    """The first rows, for the comparison with the other samples that start with the same tokens."""
+
+
+PREFIX_ROWS = 4
+"""Rows kept per sample for the dataset comparison: datasets made with a chat template share their first tokens."""
+PROJECTED = 64
+"""Wider rows are kept as this many random projections (lengths and distances kept to about 1/sqrt(64) by the
+Johnson-Lindenstrauss lemma), so a sample costs ``PREFIX_ROWS * layers * 64`` floats whatever its hidden size."""
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """A sample's first rows: their token ids and every layer's rows, ``[rows, layers, PROJECTED]`` float32 (the
+    rows themselves when the hidden size is at most ``PROJECTED``)."""
+
+    ids: tuple[int, ...]
+    rows: Any
+
+
+@cache
+def _projection(hidden: int):
+    """The same random projection for every sample of one hidden size (seeded by it)."""
+    import torch
+
+    if hidden <= PROJECTED:
+        return None
+    g = torch.Generator().manual_seed(hidden)
+    return torch.randn(hidden, PROJECTED, generator=g) / PROJECTED ** 0.5
 
 
 @dataclass(frozen=True)
@@ -120,6 +158,12 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     digests = [hashlib.blake2b(digest_size=16) for _ in range(n)]  # of the per-token sums of squares
     itemsize = max(1, view.layers[0].nbytes // max(1, tokens * hidden))
     plan = _Plan.of(n, hidden, itemsize)
+    ids = st.token_ids()
+    # Token t's row may equal token t-1's only where the tokens are the same (their embeddings are).
+    new_token = torch.zeros(tokens, dtype=torch.bool)
+    if ids.numel() == tokens:  # otherwise seq_len's finding: rows and ids cannot be paired
+        new_token[1:] = ids[1:] != ids[:-1]
+    last_rows: dict[int, Any] = {}  # per first layer of a part: the part's last row, for the next part's first
     read = 0
     # Per part, a few tensor operations over all its layers (not per layer, not per statistic) keep small files
     # cheap and large ones near memory speed; NaN and Inf propagate into the sum of squares, so the exact scans
@@ -133,7 +177,9 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
             for c0 in range(0, hidden, plan.columns):
                 x = st.part(start, stop, lo, hi, c0, min(hidden, c0 + plan.columns))
                 read += x.numel() * x.element_size()
-                _measure(x, start, lo, stats, squares, zero)
+                is_zero = _measure(x, start, lo, stats, squares, zero)
+                if plan.columns == hidden:  # whole rows: compare each with the one before
+                    _repeated(x, start, lo, stats, new_token[start:stop] & ~is_zero.T, last_rows)
         by_layer = squares.T.contiguous().numpy()
         for i in range(n):
             digests[i].update(by_layer[i])
@@ -148,19 +194,64 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
                     s.first_zero = start + int(zero[:, i].nonzero()[0, 0])
                 s.zero_rows += counts[i]
     for s, parts in zip(stats, rms_parts):
-        s.median_rms = float(torch.nanmedian(torch.cat(parts)))
+        every = torch.cat(parts)
+        s.median_rms = float(torch.nanmedian(every))
+        s.body_rms = float(torch.nanmedian(every[1:])) if tokens > 1 else None
     groups: dict[bytes, list[int]] = {}
     for i, digest in enumerate(digests):
         groups.setdefault(digest.digest(), []).append(i)
     identical = tuple(g for candidates in groups.values() if len(candidates) > 1
                       for g in _identical(st, candidates, tokens, hidden, itemsize))
-    ids = st.token_ids()
     id_range = (int(ids.min()), int(ids.max())) if token_range and ids.numel() else None
     mask = st.loss_mask()
     odd: tuple = ()
     if mask is not None and mask.numel():
         odd = tuple(sorted(set(mask.unique().tolist()) - {0, 1}))  # bools compare equal to 0 and 1
-    return SampleValues(view, tuple(stats), identical, id_range, odd, read)
+    return SampleValues(view, tuple(stats), identical, id_range, odd, read, _prefix(st, ids, n, hidden, plan))
+
+
+def _repeated(x, start: int, lo: int, stats: list[LayerStats], judged, last_rows: dict) -> None:
+    """Count the rows of part ``x`` (whole rows of layers ``lo..``) equal to the row before them although their
+    token differs from the one before (``judged``: per layer, the rows to judge; rows of zeros are zero_rows')."""
+    import torch
+
+    same = torch.zeros(x.shape[0], x.shape[1], dtype=torch.bool)
+    same[1:] = (x[1:] == x[:-1]).all(dim=2)
+    if lo in last_rows:
+        same[0] = (x[0] == last_rows[lo]).all(dim=1)
+    last_rows[lo] = x[-1].clone()
+    same &= judged.T
+    if not bool(same.any()):
+        return
+    counts = same.sum(dim=0).tolist()
+    for k, count in enumerate(counts):
+        if count:
+            s = stats[lo + k]
+            if s.first_repeated is None:
+                s.first_repeated = start + int(same[:, k].nonzero()[0, 0])
+            s.repeated_rows += count
+
+
+def _prefix(st: SampleTensors, ids, n: int, hidden: int, plan: _Plan) -> Prefix:
+    """The first rows, read in the parts of ``plan`` and projected part by part (a projection is a sum over
+    columns)."""
+    import torch
+
+    count = min(PREFIX_ROWS, int(ids.numel()), st.view.layers[0].shape[0])
+    projection = _projection(hidden)
+    rows = torch.zeros(count, n, PROJECTED if projection is not None else hidden)
+    for r0 in range(0, count, plan.rows):
+        r1 = min(count, r0 + plan.rows)
+        for lo in range(0, n, plan.layers):
+            hi = min(n, lo + plan.layers)
+            for c0 in range(0, hidden, plan.columns):
+                c1 = min(hidden, c0 + plan.columns)
+                x = st.part(r0, r1, lo, hi, c0, c1).float()
+                if projection is None:
+                    rows[r0:r1, lo:hi, c0:c1] = x
+                else:
+                    rows[r0:r1, lo:hi] += x @ projection[c0:c1]
+    return Prefix(tuple(ids[:count].tolist()), rows)
 
 
 def _identical(st: SampleTensors, candidates: list[int], tokens: int, hidden: int, itemsize: int) -> list[tuple]:
@@ -181,8 +272,9 @@ def _identical(st: SampleTensors, candidates: list[int], tokens: int, hidden: in
     return [tuple(g) for g in groups.values() if len(g) > 1]
 
 
-def _measure(x, start: int, lo: int, stats: list[LayerStats], squares, zero) -> None:
-    """Fold one part ``x`` (``[rows, layers lo.., columns]``, stored dtype) into the sample's statistics."""
+def _measure(x, start: int, lo: int, stats: list[LayerStats], squares, zero):
+    """Fold one part ``x`` (``[rows, layers lo.., columns]``, stored dtype) into the sample's statistics; which of
+    its rows are all zeros (``[rows, layers]``)."""
     import torch
 
     xf = x.float()
@@ -204,3 +296,4 @@ def _measure(x, start: int, lo: int, stats: list[LayerStats], squares, zero) -> 
             s.nan, s.inf = s.nan + nans[k], s.inf + infs[k]
             if s.first_bad is None and (nans[k] or infs[k]):
                 s.first_bad = start + int(bad_rows[:, k].nonzero()[0, 0])
+    return is_zero

@@ -9,6 +9,8 @@ subject depends on the phase it runs in:
 - ``Phase.HEADER``: each ``SampleView``: shapes and dtypes from the headers alone (every run);
 - ``Phase.VALUES`` (``--values``): each sound sample's ``SampleValues`` (``compat.gate.value_stats``), or a
   file's ``ReadFailure`` when its tensor values could not be read;
+- ``Phase.DATASET`` (``--values``, ``--reference``): each measured sample's ``Standing`` among the samples of
+  its dataset (``compat.gate.consistency``);
 - ``Phase.REFERENCE`` (``--reference``): each recomputed sample's ``Comparison`` or ``ComparisonError``
   (``compat.gate.recompute``), then every sample's ``Pairing`` (``compat.gate.pairing``).
 
@@ -23,6 +25,7 @@ from enum import Enum
 from typing import Any
 
 from compat.findings import Status
+from compat.gate.consistency import Standing
 from compat.gate.expect import Expectations
 from compat.gate.options import GateOptions
 from compat.gate.pairing import Pairing
@@ -37,6 +40,7 @@ class Phase(str, Enum):
     READ = "read"
     HEADER = "header"
     VALUES = "values"
+    DATASET = "dataset"
     REFERENCE = "reference"
 
 
@@ -69,6 +73,7 @@ class Context:
 
 ReadSubject = ReadFailure | EntryFault
 ValueSubject = SampleValues | ReadFailure
+DatasetSubject = Standing
 ReferenceSubject = Comparison | ComparisonError | Pairing
 Check = Callable[[Any, Context], Sequence[RuleFinding]]
 """``(subject, context) -> findings``, the subject being the phase's (``ReadSubject``...)."""

@@ -96,6 +96,27 @@ def _not_empty(v: SampleValues) -> list[tuple[int, ...]]:
     return [group for group in v.identical if v.layers[group[0]].nonzero]
 
 
+def _distinct_rows(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
+    if not isinstance(v, SampleValues):
+        return ()
+    names = slot_names(v.view, ctx.expected)
+    bad = [(names[i], s) for i, s in enumerate(v.layers) if s.repeated_rows]
+    if not bad:
+        return ()
+    tokens = v.layers[0].rows
+    parts = "; ".join(f"{name}: {s.repeated_rows} of {tokens} rows, first at token {s.first_repeated}"
+                      for name, s in _first(bad))
+    if len(bad) > SHOWN:
+        parts += f"; and {len(bad) - SHOWN} more layers"
+    return [RuleFinding(f"rows equal to the row before them although their tokens differ, in {len(bad)} of "
+                        f"{len(v.layers)} layers ({parts}): two different tokens never have the same state, so one "
+                        "row was stored for several tokens (a broadcast, an index that did not advance)",
+                        "store each token's own row", found=parts)]
+
+
+DISTINCT_ROWS = Rule("distinct_rows", "--values: no token's row repeats the previous token's when the tokens differ",
+                     Phase.VALUES, _distinct_rows)
+
 DISTINCT_LAYERS = Rule("distinct_layers", "--values: no two layers are identical", Phase.VALUES, _distinct_layers)
 
 SHOWN = 5

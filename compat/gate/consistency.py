@@ -1,0 +1,211 @@
+"""Every sample against the rest of its dataset, from what ``--values`` measured (no model runs): the
+``consistency`` rule (``compat.gate.rules.dataset``) judges what this measures.
+
+Two comparisons, each said to have run or not, and why:
+
+- **Shared first tokens.** A causal model's state at position ``t`` depends only on tokens ``0..t``, so samples
+  that start with the same tokens (a chat template's opening, a BOS token) must hold the same rows there, up
+  to rounding. Per group of samples sharing a prefix, each stored layer's rows are compared with the group's
+  median row: a sample is off when its relative distance exceeds both the dtype's floor (the reference's
+  tolerance for that dtype, ``recompute.TOLERANCES``) and ``MARGIN`` times the group's own typical distance
+  (the rounding of this extraction, measured). A sample made by other weights (a fine-tuned copy), scaled, or
+  with its rows shifted is off by as much as the reference would find it off. A group of two that disagree
+  cannot say which one is wrong: both are undecided. A stored layer where the typical sample is not within half
+  the floor of its group decides nothing (synthetic data, or not one causal model's states), as the pairing
+  check calibrates itself on the dataset.
+- **Scale.** Per stored layer, each sample's median per-token RMS (the first token left out: the attention sink)
+  against the dataset's median, in robust deviations (1.4826 x the median absolute deviation of the logs). A
+  sample is off when it is more than ``SCALE_DEVIATIONS`` deviations and a factor ``SCALE_FACTOR`` away.
+  Judged only where ``SCALE_MIN_SAMPLES`` samples of ``SCALE_MIN_TOKENS`` tokens or more have that shape.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from compat.gate.recompute import TOLERANCES
+from compat.gate.value_stats import SampleValues
+
+MARGIN = 4.0
+"""A sample is off when its distance to the group's median row is over this many times the group's typical one."""
+SCALE_DEVIATIONS = 8.0
+SCALE_FACTOR = 1.25
+SCALE_MIN_SAMPLES = 8
+SCALE_MIN_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class PrefixDeviation:
+    """A sample's worst row among those it shares with other samples."""
+
+    slot: int
+    position: int
+    tokens: tuple[int, ...]
+    """The shared tokens, ``0..position``."""
+    members: int
+    """Samples sharing them, this one included."""
+    distance: float
+    """Relative L2 distance of this sample's row to the group's median row."""
+    typical: float
+    """The group's median distance: the rounding of this extraction."""
+    bound: float
+    floor: float
+    decided: bool
+    """False for a group of two: the two disagree, and which is wrong cannot be told."""
+
+    @property
+    def off(self) -> bool:
+        return self.distance > self.bound
+
+
+@dataclass(frozen=True)
+class ScaleDeviation:
+    slot: int
+    ratio: float
+    """This sample's median per-token RMS over the dataset's median."""
+    spread: float
+    """The dataset's robust spread, as a factor (exp of 1.4826 x MAD of the logs)."""
+    deviations: float
+    samples: int
+
+    @property
+    def off(self) -> bool:
+        gap = abs(math.log(self.ratio))
+        return gap > math.log(SCALE_FACTOR) and self.deviations > SCALE_DEVIATIONS
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One sample against the rest: its worst shared row and its scale, where they were compared."""
+
+    values: SampleValues
+    prefix: PrefixDeviation | None = None
+    scale: ScaleDeviation | None = None
+
+    @property
+    def outlier(self) -> bool:
+        return bool((self.prefix and self.prefix.off) or (self.scale and self.scale.off))
+
+    def why(self) -> str:
+        """What makes it an outlier, in a few words (the reference's report says why it was recomputed)."""
+        parts = []
+        if self.prefix is not None and self.prefix.off:
+            parts.append(f"row {self.prefix.position} of layer slot {self.prefix.slot} is {self.prefix.distance:.3g} "
+                         f"from the {self.prefix.members - 1} other samples sharing its first tokens")
+        if self.scale is not None and self.scale.off:
+            parts.append(f"layer slot {self.scale.slot}'s RMS is {self.scale.ratio:.3g}x the dataset's")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Consistency:
+    standings: list[Standing]
+    summary: dict
+
+
+def _shape(v: SampleValues) -> tuple:
+    """Samples compared with each other: same layout, layers and hidden size, dtype."""
+    first = v.view.layers[0]
+    return v.view.layout, len(v.view.layers), first.shape[-1], first.dtype
+
+
+def compare_samples(values: Sequence[SampleValues]) -> Consistency:
+    """Each sample's standing among those of its shape; the summary says which comparisons ran."""
+    import torch
+
+    prefix: dict[int, PrefixDeviation] = {}
+    scale: dict[int, ScaleDeviation] = {}
+    groups: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+    by_shape: dict[tuple, list[int]] = defaultdict(list)
+    for k, v in enumerate(values):
+        by_shape[_shape(v)].append(k)
+        if v.prefix is not None:
+            for t in range(len(v.prefix.ids)):
+                groups[(_shape(v), v.prefix.ids[:t + 1])].append((k, t))
+    # Each group's distances first, then the verdicts: a layer where samples sharing first tokens do not agree
+    # typically (synthetic data, or not one causal model's states) decides nothing.
+    measured: list[tuple[tuple, tuple, list[tuple[int, int]], list[list[float]]]] = []
+    everyone: dict[tuple, list[float]] = defaultdict(list)
+    for (shape, tokens), members in groups.items():
+        if len(members) < 2:
+            continue
+        rows = torch.stack([values[k].prefix.rows[t] for k, t in members])  # [members, layers, width]
+        median = rows.median(dim=0).values
+        distance = ((rows - median).norm(dim=-1) / median.norm(dim=-1).clamp_min(1e-30))  # [members, layers]
+        by_slot = torch.nan_to_num(distance, nan=float("inf")).T.tolist()
+        measured.append((shape, tokens, members, by_slot))
+        for slot, column in enumerate(by_slot):
+            everyone[(shape, slot)] += column
+    usable = {key: statistics.median(ds) <= _floor(key[0]) / 2 for key, ds in everyone.items()}
+    for shape, tokens, members, by_slot in measured:
+        floor = _floor(shape)
+        for slot, column in enumerate(by_slot):
+            if not usable[(shape, slot)]:
+                continue
+            typical = statistics.median(column)
+            if len(members) == 2:
+                # The median of two is their mean: each is half their distance from the other.
+                bound, decided = floor / 2, False
+            else:
+                bound, decided = max(floor, MARGIN * typical), True
+            for (k, t), d in zip(members, column):
+                found = PrefixDeviation(slot, t, tokens, len(members), d, typical, bound, floor, decided)
+                if _worse(found, prefix.get(k)):
+                    prefix[k] = found
+    unusable = sorted({slot for (_, slot), ok in usable.items() if not ok})
+    for shape, ks in by_shape.items():
+        judged = [k for k in ks if values[k].view.tokens is not None and values[k].view.tokens >= SCALE_MIN_TOKENS]
+        if len(judged) < SCALE_MIN_SAMPLES:
+            continue
+        for slot in range(shape[1]):
+            logs = {k: math.log(r) for k in judged if (r := values[k].layers[slot].body_rms) and r > 0}
+            if len(logs) < SCALE_MIN_SAMPLES:
+                continue
+            center = statistics.median(logs.values())
+            spread = 1.4826 * statistics.median(abs(x - center) for x in logs.values())
+            for k, x in logs.items():
+                gap = abs(x - center)
+                deviations = gap / spread if spread > 0 else (math.inf if gap > 0 else 0.0)
+                found = ScaleDeviation(slot, math.exp(x - center), math.exp(spread), deviations, len(logs))
+                if scale.get(k) is None or found.deviations > scale[k].deviations:
+                    scale[k] = found
+    standings = [Standing(v, prefix.get(k), scale.get(k)) for k, v in enumerate(values)]
+    summary = {
+        "samples": len(values),
+        "shared_prefix": {"groups": len(measured), "samples": len(prefix), "note": _prefix_note(measured, unusable)},
+        "scale": {"samples": len(scale),
+                  "note": None if scale else f"not run: fewer than {SCALE_MIN_SAMPLES} samples of "
+                                             f"{SCALE_MIN_TOKENS} tokens or more of one shape"},
+        "outliers": sum(s.outlier for s in standings),
+    }
+    return Consistency(standings, summary)
+
+
+def _floor(shape: tuple) -> float:
+    """The dtype's bound: what the reference accepts between vLLM and HF for that dtype."""
+    return TOLERANCES.get(shape[3], TOLERANCES["bfloat16"]).max_rel
+
+
+def _prefix_note(measured: list, unusable: list[int]) -> str | None:
+    if not measured:
+        return "not run: no two samples start with the same token"
+    if unusable:
+        return (f"not decided for layer slots {unusable}: samples that start with the same tokens do not agree there "
+                "typically (not one causal model's states)")
+    return None
+
+
+def _worse(new: PrefixDeviation, old: PrefixDeviation | None) -> bool:
+    """The row to report: an off row before any other, a decided one before an undecided one, then the furthest
+    past its bound."""
+    if old is None:
+        return True
+
+    def rank(d: PrefixDeviation) -> tuple:
+        return d.off, d.decided, d.distance / max(d.bound, 1e-30)
+
+    return rank(new) > rank(old)

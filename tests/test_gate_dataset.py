@@ -1,0 +1,174 @@
+"""Every sample against the rest of its dataset (``compat.gate.consistency``), on real hidden states of a tiny
+model: prompts made with its chat template (so the samples share their first tokens, as real datasets do), states
+from HF transformers. A scaled sample, a sample from a fine-tuned copy and a sample of repeated rows fail without
+being recomputed; ``--reference`` recomputes the outliers first."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from compat.findings import Status
+from compat.gate import GateOptions, run_gate
+from compat.gate.recompute import TOLERANCES, compare
+from compat.models import build
+
+from .gate_files import write_data_config, write_speculators
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+HIDDEN = 64
+LAYER_IDS = (0, 2)
+SAMPLES = 12
+WORDS = "the of and to in is that for it as with was model layer hidden state token tensor shape cache".split()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    return build("llama", tmp_path_factory.mktemp("dataset") / "llama", hidden_size=HIDDEN).path
+
+
+def _prompts(model: Path, count: int, seed: int = 0) -> list:
+    """Chat-formatted conversations of 20 to 150 tokens, tokenized by the model's own tokenizer."""
+    tok = transformers.AutoTokenizer.from_pretrained(str(model))
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        chat = [{"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 50)))},
+                {"role": "assistant", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 50)))}]
+        out.append(torch.tensor(tok(tok.apply_chat_template(chat, tokenize=False))["input_ids"]))
+    return out
+
+
+def _states(hf, ids, dtype=torch.float32) -> list:
+    """speculators' layer_ids: the output of decoder layer k is HF's hidden_states[k + 1]."""
+    with torch.no_grad():
+        hs = hf(ids[None], output_hidden_states=True).hidden_states
+    return [hs[k + 1][0].to(dtype) for k in LAYER_IDS]
+
+
+@pytest.fixture(scope="module")
+def hf(model):
+    return transformers.AutoModelForCausalLM.from_pretrained(str(model))
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(model):
+    """The same model after a small update of every weight but the embeddings (which the pairing check reads)."""
+    copy = transformers.AutoModelForCausalLM.from_pretrained(str(model))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in copy.named_parameters():
+            if "embed" not in name and "norm" not in name:
+                p.add_(0.01 * p.std() * torch.randn(p.shape, generator=g))
+    return copy
+
+
+def _dataset(directory: Path, model: Path, hf, dtype=torch.float32, odd: dict | None = None) -> list[Path]:
+    """``SAMPLES`` speculators samples; ``odd`` maps a sample's index to how its states are made instead."""
+    paths = []
+    for i, ids in enumerate(_prompts(model, SAMPLES)):
+        layers = (odd or {}).get(i, lambda ids: _states(hf, ids, dtype))(ids)
+        paths.append(write_speculators(directory / f"data_{i}.pt", ids, layers))
+    write_data_config(directory, list(LAYER_IDS), HIDDEN)
+    return paths
+
+
+def _ratio(message: str) -> float:
+    """The scale ratio a consistency finding reports."""
+    return float(re.search(r"RMS is ([0-9.]+)x the dataset's median", message).group(1))
+
+
+def _failing(result) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for f in result.failing():
+        out.setdefault(f.check, []).append(f.symbol)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_correct_dataset_passes_and_says_what_was_compared(model, hf, tmp_path, dtype):
+    _dataset(tmp_path, model, hf, dtype)
+    result = run_gate(GateOptions(paths=(tmp_path,), values=True))
+    assert result.exit_code == 0, [f.message for f in result.failing()]
+    (summary,) = result.consistency.values()
+    assert summary["shared_prefix"]["samples"] == SAMPLES and summary["shared_prefix"]["note"] is None
+    assert summary["scale"]["samples"] == SAMPLES and summary["outliers"] == 0
+
+
+def test_a_sample_scaled_by_two_fails(model, hf, tmp_path):
+    scaled = {7: lambda ids: [2 * h for h in _states(hf, ids, torch.bfloat16)]}
+    _dataset(tmp_path, model, hf, torch.bfloat16, odd=scaled)
+    result = run_gate(GateOptions(paths=(tmp_path,), values=True))
+    assert _failing(result) == {"consistency": ["data_7.pt"]}
+    (f,) = result.failing()
+    assert "share its first" in f.message and _ratio(f.message) == pytest.approx(2, rel=0.1)
+
+
+def test_a_sample_from_a_fine_tuned_copy_fails_without_being_recomputed(model, hf, fine_tuned, tmp_path):
+    paths = _dataset(tmp_path, model, hf, odd={5: lambda ids: _states(fine_tuned, ids)})
+    drifted = torch.load(paths[5])
+    right = _states(hf, drifted["input_ids"])
+    # The drift is one the reference check would find: over float32's tolerance at every stored layer...
+    assert all(compare(h, r)[0] > TOLERANCES["float32"].max_rel for h, r in zip(drifted["hidden_states"], right))
+    # ...and too small for the scale comparison, which is not what finds it.
+    result = run_gate(GateOptions(paths=(tmp_path,), values=True))
+    assert _failing(result) == {"consistency": ["data_5.pt"]}
+    (f,) = result.failing()
+    assert "RMS" not in f.message and "fine-tuned copy" in f.message
+
+
+def test_rows_repeated_across_different_tokens_fail(model, hf, tmp_path):
+    def repeated(ids):
+        layers = _states(hf, ids)
+        return [h[:1].expand_as(h).clone() for h in layers]  # the first row stored for every token
+
+    _dataset(tmp_path, model, hf, odd={3: repeated})
+    result = run_gate(GateOptions(paths=(tmp_path,), values=True))
+    assert "data_3.pt" in _failing(result)["distinct_rows"]
+    assert set(_failing(result)) <= {"distinct_rows", "consistency"}
+    assert all(symbol == "data_3.pt" for symbols in _failing(result).values() for symbol in symbols)
+
+
+def test_the_reference_recomputes_the_outliers_first_and_says_why(model, hf, fine_tuned, tmp_path):
+    _dataset(tmp_path, model, hf, odd={9: lambda ids: _states(fine_tuned, ids)})
+    result = run_gate(GateOptions(paths=(tmp_path,), reference=model, reference_samples=3))
+    picked = result.reference["picked"]
+    assert len(picked) == 3 and picked[0]["sample"].endswith("data_9.pt") and "row" in picked[0]["why"]
+    assert all("random" in p["why"] for p in picked[1:])
+    assert _failing(result) == {"consistency": ["data_9.pt"], "reference": ["data_9.pt"]}
+
+
+def test_an_outlier_the_reference_reproduces_is_allowed(model, hf, tmp_path, monkeypatch):
+    """With bounds so tight that right samples are set apart by their scale, the ones HF reproduces are allowed, and
+    the ones not recomputed still fail: the reference is what clears an outlier."""
+    from compat.gate import consistency
+
+    monkeypatch.setattr(consistency, "SCALE_DEVIATIONS", 0.0)
+    monkeypatch.setattr(consistency, "SCALE_FACTOR", 1.0)
+    _dataset(tmp_path, model, hf)
+    result = run_gate(GateOptions(paths=(tmp_path,), reference=model, reference_samples=3))
+    picked = {p["sample"].rsplit("/", 1)[-1] for p in result.reference["picked"]}
+    outliers = {f.symbol for f in result.findings if f.check == "consistency"}
+    assert len(picked) == 3 and picked < outliers
+    allowed = {f.symbol for f in result.findings if f.check == "consistency" and f.allowed}
+    assert allowed == picked and set(_failing(result)["consistency"]) == outliers - picked
+
+
+def test_without_shared_first_tokens_the_scale_still_compares(model, hf, tmp_path):
+    g = torch.Generator().manual_seed(3)
+    for i in range(SAMPLES):
+        ids = torch.randint(3, 1000, (40,), generator=g)
+        ids[0] = 1000 + i  # no two samples start alike
+        layers = _states(hf, ids)
+        write_speculators(tmp_path / f"data_{i}.pt", ids, [3 * h for h in layers] if i == 4 else layers)
+    result = run_gate(GateOptions(paths=(tmp_path,), values=True))
+    (summary,) = result.consistency.values()
+    assert summary["shared_prefix"]["note"].startswith("not run")
+    assert _failing(result) == {"consistency": ["data_4.pt"]}
+    (f,) = result.failing()
+    assert f.status is Status.BROKEN and _ratio(f.message) == pytest.approx(3, rel=0.1)
