@@ -2,37 +2,88 @@
 
 from __future__ import annotations
 
+import argparse
 import io
+import json
 import os
 import re
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from compat import __version__
 from compat.cache import atomic_write_text
 from compat.errors import CompatError
 from compat.report import Format, Reportable, render
+from compat.report.escaping import escaped
 
 
-def guarded(prog: str, debug: bool, body: Callable[[], int]) -> int:
-    """Run a command; bad input and internal errors end with one line on stderr and exit code 2."""
+@dataclass(frozen=True)
+class JsonErrors:
+    """With ``--format json``, a run that ends in exit code 2 still writes a JSON document (``schema``, an
+    ``error`` with its ``type`` and ``message``, ``exit_code``) where the report would have gone: a pipeline
+    that reads the report finds why there is none, besides the line on standard error."""
+
+    schema: str
+    output: Path | None = None
+
+    @classmethod
+    def wanted(cls, schema: str, argv: Sequence[str]) -> JsonErrors | None:
+        """From a command line not parsed yet (its parsing may be what fails): ``--format json`` and
+        ``--output`` as argparse reads them, or None when no JSON was asked for."""
+        p = _Lenient(add_help=False)
+        p.add_argument("--format")
+        p.add_argument("--output", type=Path)
+        try:
+            known, _ = p.parse_known_args(list(argv))
+        except CompatError:
+            return None
+        return cls(schema, known.output) if known.format == Format.JSON.value else None
+
+    def write(self, error_type: str, message: str, exit_code: int) -> None:
+        document = {"schema": self.schema, "generated_by": f"compat {__version__}",
+                    "error": {"type": error_type, "message": escaped(message)}, "exit_code": exit_code}
+        text = json.dumps(document, indent=2) + "\n"
+        try:
+            if self.output:
+                atomic_write_text(self.output, text)
+            else:
+                sys.stdout.write(text)
+        except OSError:
+            pass  # the line on standard error says what went wrong, perhaps this very output
+
+
+class _Lenient(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise CompatError(message)
+
+
+def guarded(prog: str, debug: bool, body: Callable[[], int], json_errors: JsonErrors | None = None) -> int:
+    """Run a command; bad input and internal errors end with one line on stderr and exit code 2 (and, with
+    ``json_errors``, a JSON document naming the error)."""
+
+    def fail(error_type: str, label: str, message: str, code: int) -> int:
+        # Escaped: the message may name a file or quote what a file holds.
+        print(escaped(f"{prog}: {label}{message}"), file=sys.stderr)
+        if json_errors is not None and code == 2:
+            json_errors.write(error_type, message, code)
+        return code
+
     try:
         return body()
     except CompatError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return fail(type(exc).__name__, "error: ", str(exc), exc.exit_code)
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 2
+        return fail("KeyboardInterrupt", "", "interrupted", 2)
     except Exception as exc:  # noqa: BLE001 - an internal error still ends with one clear line
         if debug:
             traceback.print_exc()
         frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
         where = f" at {frame.filename}:{frame.lineno}" if frame else ""
-        print(f"{prog}: internal error: {type(exc).__name__}: {exc}{where} (rerun with --debug for the "
-              "traceback)", file=sys.stderr)
-        return 2
+        return fail(type(exc).__name__, "internal error: ", f"{type(exc).__name__}: {exc}{where} (rerun with "
+                    "--debug for the traceback)", 2)
 
 
 _UNDECODABLE = re.compile("[\udc80-\udcff]")

@@ -51,6 +51,21 @@ class Confirmation:
 
 
 @dataclass(frozen=True)
+class Place:
+    """A finding's ``consumer_location`` as its maker knew it, split once: a file name may hold ':'
+    (``req-2024-01-01T12:00:07.safetensors``), so no report splits the location's text to find a line."""
+
+    file: str
+    line: int | None = None
+    """A line of the file (the audit's touchpoints)."""
+    sample: int | None = None
+    """A sample of a file holding a list of them (the gate's ``path:i``): an index, not a line."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "sample": self.sample}
+
+
+@dataclass(frozen=True)
 class Finding:
     check: str
     """What made the finding: an audit probe's name, or a gate rule's (``"probe"`` in both JSON schemas)."""
@@ -71,6 +86,9 @@ class Finding:
     """The touchpoint as the scan named it; with check and location, a finding's identity across builds."""
     confirmation: Confirmation | None = None
     """For the runtime confirmation's findings: their verdict on other probes' static findings."""
+    place: Place | None = None
+    """``consumer_location`` split into file and line (or sample); None where there is no location, or where
+    the location is a file name and nothing more."""
 
     def __post_init__(self) -> None:
         if not self.message or not self.message.strip():
@@ -98,7 +116,16 @@ class Finding:
             out["code"] = self.code
         if self.allowed:
             out["allowed"] = self.allowed
+        if self.place:
+            out["place"] = self.place.as_dict()
         return out
+
+    @property
+    def file_and_line(self) -> tuple[str | None, int | None]:
+        """The file of ``consumer_location`` (whole, whatever ':' it holds) and its line, if it names one."""
+        if self.place:
+            return self.place.file, self.place.line
+        return self.consumer_location, None
 
 
 def status_counts(findings: tuple[Finding, ...] | list[Finding]) -> dict[str, int]:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from compat.consumer.model import ClassPatch, ConsumerClass, Kind, Ref, Scan, TouchPoint
 from compat.facts import Fact
 from compat.facts.lineage import FACT as LINEAGE
-from compat.findings import Evidence, Finding, Status
+from compat.findings import Evidence, Finding, Place, Status
 from compat.signature import Signature
 from compat.vllm.surface import Found, Lookup, Missing, Surface, Unresolved
 
@@ -359,4 +359,4 @@ class Probe:
         return Finding(check=self.name, status=status, symbol=symbol or tp.symbol,
                        consumer_location=str(tp.location), vllm_location=vllm_location, message=message,
                        evidence=evidence or Evidence(), fix=fix, kind=tp.kind.value, code=tp.code or None,
-                       touchpoint=tp.symbol)
+                       touchpoint=tp.symbol, place=Place(tp.location.file, tp.location.line or None))

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
-from compat.audit.result import AuditResult
+from compat.audit.result import SCHEMA, AuditResult
 from compat.cache import atomic_write_text
-from compat.cli import emit, guarded
+from compat.cli import JsonErrors, emit, guarded
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS
 from compat.report import Format, render
 
@@ -78,7 +78,8 @@ def write_reports(result: AuditResult, directory: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return guarded("compat.audit", args.debug, lambda: _audit(args))
+    json_errors = JsonErrors(SCHEMA, args.output) if args.format == Format.JSON.value else None
+    return guarded("compat.audit", args.debug, lambda: _audit(args), json_errors)
 
 
 def _audit(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from compat.consumer.model import Scan, TouchPoint
 from compat.consumer.scan import cached_scan
 from compat.consumer.source import open_consumer
 from compat.errors import CompatError
-from compat.findings import Confirmation, Evidence, Finding, Status
+from compat.findings import Confirmation, Evidence, Finding, Place, Status
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, Probe, ProbeContext
 from compat.vllm.builds import OpenedBuild, open_build
 from compat.vllm.surface import Found, Lookup, Missing, Surface
@@ -85,6 +85,7 @@ class Auditor:
         for problem in scan.problems:
             findings.append(Finding("scan", Status.ERROR, str(problem.location), str(problem.location), None,
                                     problem.message, Evidence(traceback=problem.traceback or None),
+                                    place=Place(problem.location.file, problem.location.line or None),
                                     fix="report the traceback: the scan could not read this code; the rest was "
                                         "audited" if problem.traceback else "fix the file's syntax; the rest was "
                                                                             "audited"))

@@ -10,11 +10,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from compat.cli import emit, guarded
+from compat.cli import JsonErrors, emit, guarded
 from compat.errors import CompatError
 from compat.gate.options import GateOptions
 from compat.gate.read.layouts import Layout
 from compat.gate.recompute import NUMBERINGS
+from compat.gate.result import SCHEMA
 from compat.gate.rules import RULES
 from compat.gate.rules.values import NONFINITE_POLICIES
 from compat.gate.runner import run_gate
@@ -97,8 +98,8 @@ def options_from(args: argparse.Namespace) -> GateOptions:
 
 
 def main(argv: list[str] | None = None) -> int:
-    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
-    return guarded("compat.gate", debug, lambda: _gate(argv))
+    given = sys.argv[1:] if argv is None else argv
+    return guarded("compat.gate", "--debug" in given, lambda: _gate(argv), JsonErrors.wanted(SCHEMA, given))
 
 
 def _gate(argv: list[str] | None) -> int:

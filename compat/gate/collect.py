@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
-from compat.findings import Evidence, Finding, Status
+from compat.findings import Evidence, Finding, Place, Status
 from compat.gate.read.views import FileView
 from compat.gate.rules.rule import RuleFinding
+from compat.report.escaping import escaped
 
 Key = tuple[str, int | None]
 """A file (index None) or a sample of a list file (its index)."""
@@ -19,24 +19,39 @@ Found = dict[Key, list[tuple[str, RuleFinding]]]
 
 def where(root: Path | str, sample_file: str, index: int | None) -> tuple[str, str]:
     """A finding's symbol (``file#i``) and location (``file:i``), relative to ``root``."""
-    prefix = str(root).rstrip(os.sep) + os.sep
-    rel = _shown(sample_file[len(prefix):] if sample_file.startswith(prefix) else sample_file)
+    return _named(_relative(root, sample_file), index)
+
+
+def _named(rel: str, index: int | None) -> tuple[str, str]:
     return (rel, rel) if index is None else (f"{rel}#{index}", f"{rel}:{index}")
 
 
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
+def _relative(root: Path | str, sample_file: str) -> str:
+    """``sample_file`` relative to ``root``, on one line and printable: control characters (a newline is a legal
+    file name character) and the bytes of a name that is not UTF-8 as ``\\xNN``."""
+    prefix = str(root).rstrip(os.sep) + os.sep
+    return escaped(sample_file[len(prefix):] if sample_file.startswith(prefix) else sample_file)
 
 
-def _shown(path: str) -> str:
-    """A path on one line: control characters (a newline is a legal file name character) as ``\\xNN``."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", path)
+MESSAGE_LIMIT = 2000
+"""Characters of a message (and of each side of its evidence) a report shows. Rules list at most a few
+layers (``SHOWN``); this bounds what they do not foresee, such as the names a hostile file holds."""
+
+
+def _capped(text: str | None, limit: int = MESSAGE_LIMIT) -> str | None:
+    """``text`` cut to ``limit`` characters, saying how many more there were."""
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def _finding(root: str, key: Key, rule: str, f: RuleFinding) -> Finding:
-    symbol, location = where(root, *key)
-    extra = tuple((k, x) for k, x in (("expected", f.expected), ("found", f.found)) if x is not None)
-    return Finding(rule, f.status, symbol, location, None, f.message, Evidence(traceback=f.traceback, extra=extra),
-                   fix=f.fix, allowed=f.allowed)
+    rel = _relative(root, key[0])
+    symbol, location = _named(rel, key[1])
+    extra = tuple((k, _capped(x)) for k, x in (("expected", f.expected), ("found", f.found)) if x is not None)
+    return Finding(rule, f.status, symbol, location, None, _capped(f.message),
+                   Evidence(traceback=f.traceback, extra=extra), fix=f.fix, allowed=f.allowed,
+                   place=Place(rel, sample=key[1]))
 
 
 def collect(views: list[FileView], found: Found, ignore: frozenset[str], root: Path) -> list[Finding]:

@@ -23,7 +23,8 @@ JSON schema ``compat.gate/1`` (``as_json``)::
      "findings": [Finding.as_dict()]}
 
 A finding's ``probe`` is the rule name, ``symbol`` the file (``file#sample`` for list files),
-``consumer_location`` the path relative to ``source_root`` (``path:sample``), ``vllm_location`` null,
+``consumer_location`` the path relative to ``source_root`` (``path:sample``), ``place`` the same split
+(``{"file", "line": null, "sample"}``: a file name may hold ':'), ``vllm_location`` null,
 ``evidence.expected`` / ``evidence.found`` the two sides of the check.
 """
 

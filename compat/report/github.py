@@ -7,13 +7,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compat.findings import Status
+from compat.report.escaping import escaped
 
 if TYPE_CHECKING:
     from compat.report.reportable import Reportable
 
 
 def _escape(text: str, prop: bool = False) -> str:
-    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """``text`` as a workflow command's data (a property's value with ``prop``), which GitHub decodes back.
+
+    Control characters from the files read are escaped first (GitHub's log shows ANSI sequences): a message
+    keeps its line breaks, a property has none."""
+    text = escaped(text, keep="" if prop else "\n").replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     return text.replace(":", "%3A").replace(",", "%2C") if prop else text
 
 
@@ -33,10 +38,12 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
         if f.status is Status.OK:
             continue
         level = "error" if id(f) in failing else ("notice" if f.allowed else "warning")
+        # The title names the symbol: a gate sample's ``file#i`` (an index is not a line).
         props = [f"title={_escape(f'{result.tool} {f.check}: {f.status.value}: {f.symbol}', True)}"]
-        if f.consumer_location and ":" in f.consumer_location:
-            file, _, line = f.consumer_location.rpartition(":")
-            props = [f"file={_escape(_file(result, file), True)}", f"line={line}"] + props
+        file, line = f.file_and_line
+        if file:
+            props = [f"file={_escape(_file(result, file), True)}"] + ([f"line={line}"] if line is not None else []) \
+                + props
         message = f.message + (f" Fix: {f.fix}" if f.fix else "")
         if f.evidence.audited:
             message += f"\nnow: {f.evidence.audited}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from compat.findings import Status
+from compat.report.escaping import escaped
 
 if TYPE_CHECKING:
     from compat.report.reportable import Reportable
@@ -13,7 +14,8 @@ _ICON = {Status.OK: "✅", Status.BROKEN: "❌", Status.CHANGED: "⚠️", Statu
 
 
 def _cell(text: str | None) -> str:
-    return (text or "").replace("|", "\\|").replace("\n", " ")
+    """One line of a table cell or list item, its control characters (from the files read) escaped."""
+    return escaped((text or "").replace("\n", " ")).replace("|", "\\|")
 
 
 def _code(text: str | None) -> str:
@@ -23,7 +25,7 @@ def _code(text: str | None) -> str:
 def render(result: Reportable, color: bool = False, show_ok: bool = False) -> str:
     counts = result.counts()
     verdict = "❌ fail" if result.exit_code else "✅ pass"
-    out = [f"## {result.tool}: {result.title()} — {verdict}", ""]
+    out = [f"## {result.tool}: {_cell(result.title())} — {verdict}", ""]
     out.append("| " + " | ".join(s.value for s in Status) + " | allowed |")
     out.append("|" + "---|" * (len(Status) + 1))
     out.append("| " + " | ".join(str(counts[s.value]) for s in Status) + f" | {counts['allowed']} |")
@@ -36,7 +38,7 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
         out.append("|---|---|---|---|---|---|")
         for f in problems:
             allowed = f" _(allowed: {_cell(f.allowed)})_" if f.allowed else ""
-            out.append(f"| {_ICON[f.status]} {f.status.value} | {f.check} | {_code(f.consumer_location)} | "
+            out.append(f"| {_ICON[f.status]} {f.status.value} | {_cell(f.check)} | {_code(f.consumer_location)} | "
                        f"{_code(f.vllm_location)} | {_cell(f.message)}{allowed} | {_cell(f.fix)} |")
         out.append("")
         evidence = [f for f in problems if f.evidence.written_for or f.evidence.audited]
@@ -56,7 +58,7 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
         oks = [f for f in result.findings if f.status is Status.OK]
         out.append(f"<details><summary>{len(oks)} ok</summary>")
         out.append("")
-        out += [f"- {f.check} {_code(f.consumer_location)}: {_cell(f.message)}" for f in oks]
+        out += [f"- {_cell(f.check)} {_code(f.consumer_location)}: {_cell(f.message)}" for f in oks]
         out.append("")
         out.append("</details>")
     return "\n".join(out) + "\n"

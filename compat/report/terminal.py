@@ -7,6 +7,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from compat.findings import Status
+from compat.report.escaping import escaped as e
 
 if TYPE_CHECKING:
     from compat.report.reportable import Reportable
@@ -20,31 +21,34 @@ def _paint(text: str, status: Status, color: bool) -> str:
 
 def render(result: Reportable, color: bool = False, show_ok: bool = False) -> str:
     width = max(80, min(shutil.get_terminal_size((120, 20)).columns, 160))
-    lines = [f"{label:9}: {text}" for label, text in result.facts()]
+    # Every text is escaped (``e``): file names, tensor names and exception texts come from the files read.
+    lines = [f"{label:9}: {e(text)}" for label, text in result.facts()]
     lines.append("")
     shown = [f for f in result.findings if show_ok or f.status is not Status.OK]
     for f in shown:
         tag = _paint(f"{f.status.value.upper():8}", f.status, color)
-        allowed = f" [allowed: {f.allowed}]" if f.allowed else ""
-        lines.append(f"{tag} {f.check:9} {f.consumer_location or '-'}{allowed}")
-        body = textwrap.wrap(f.message, width - 19) or [""]
+        allowed = f" [allowed: {e(f.allowed)}]" if f.allowed else ""
+        lines.append(f"{tag} {f.check:9} {e(f.consumer_location) or '-'}{allowed}")
+        body = textwrap.wrap(e(f.message, keep="\n"), width - 19) or [""]
         lines += [" " * 19 + chunk for chunk in body]
         if f.symbol:
-            lines.append(" " * 19 + f"symbol: {f.symbol}" + (f"  ({f.vllm_location})" if f.vllm_location else ""))
+            lines.append(" " * 19 + f"symbol: {e(f.symbol)}" + (f"  ({e(f.vllm_location)})" if f.vllm_location
+                                                                  else ""))
         if f.status is not Status.OK:
             changes = dict(f.evidence.extra).get("changes")
             long = len(f.evidence.written_for or "") + len(f.evidence.audited or "") > 2 * width
             if changes and long:
-                lines.append(" " * 19 + f"changed: {changes}  [since vLLM {f.evidence.written_for_build}]")
+                lines.append(" " * 19 + f"changed: {e(changes)}  [since vLLM {f.evidence.written_for_build}]")
             else:
                 if f.evidence.written_for and f.evidence.written_for != f.evidence.audited:
-                    lines.append(" " * 19 + f"was    : {f.evidence.written_for}  [vLLM {f.evidence.written_for_build}]")
+                    lines.append(" " * 19 + f"was    : {e(f.evidence.written_for)}  "
+                                            f"[vLLM {f.evidence.written_for_build}]")
                 if f.evidence.audited:
-                    lines.append(" " * 19 + f"now    : {f.evidence.audited}")
+                    lines.append(" " * 19 + f"now    : {e(f.evidence.audited)}")
             if f.fix:
-                lines.append(" " * 19 + f"fix    : {f.fix}")
+                lines.append(" " * 19 + f"fix    : {e(f.fix)}")
             if f.evidence.traceback:
-                lines += [" " * 19 + t for t in f.evidence.traceback.rstrip().splitlines()[-6:]]
+                lines += [" " * 19 + e(t) for t in f.evidence.traceback.rstrip().splitlines()[-6:]]
     counts = result.counts()
     if shown:
         lines.append("")

@@ -11,7 +11,7 @@
   deflated archive inflated on demand;
 - ``views``, ``tensors``: what reading yields (samples, layers as ``TensorInfo``, faults, failures);
 - ``tensor_data``: lazy access to the tensor values (``--values``, ``--reference``): memory-mapped, or inflated
-  on demand, in parts of bounded size.
+  on demand, in parts of bounded size; ``paths``: a name those libraries open whatever bytes it holds.
 
 Header checks import neither torch nor safetensors.
 """

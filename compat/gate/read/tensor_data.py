@@ -11,6 +11,7 @@ from typing import Any
 
 from compat.gate.read.files import read_file
 from compat.gate.read.layouts import Layout
+from compat.gate.read.paths import openable
 from compat.gate.read.torch_load import open_values
 from compat.gate.read.views import FileView, SampleView
 
@@ -79,7 +80,7 @@ def open_file(file: FileView) -> Iterator[list[SampleTensors]]:
     if file.path.endswith(".safetensors"):
         from safetensors import safe_open
 
-        with safe_open(file.path, framework="pt") as handle:
+        with openable(file.path) as path, safe_open(path, framework="pt") as handle:
             yield [SampleTensors(s, handle.get_slice) for s in file.samples]
         return
     with open_values(file.path) as obj:

@@ -6,12 +6,14 @@ and from a deflated one inflated on demand, never past what the pickle says a st
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from math import prod
 from typing import Any
 
+from compat.gate.read.paths import openable
 from compat.gate.read.tensors import ITEMSIZE
 from compat.gate.read.torch_header import Archive, StorageRef, TensorStub, read_archive, read_stubs, refuse_shared
 from compat.gate.read.zip_archive import (
@@ -29,25 +31,56 @@ is inflated about once when its tensors are read in order, so only views built t
 storage over and over reach it."""
 
 
-def load_torch(path: str | os.PathLike) -> Any:
+def load_torch(path: str) -> Any:
     """``torch.load`` that never unpickles arbitrary objects, and maps (does not read) tensor data."""
-    import torch
-
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return _weights_only(path, mmap=True)
     except RuntimeError as exc:
         if "mmap" not in str(exc):
             raise
         # Legacy (pre-zip) torch.save files cannot be memory-mapped; they are small enough to read.
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return _weights_only(path)
 
 
 def _load_inflating(path: str) -> Any:
     """``torch.load`` of a checked deflated archive: memory-mapping would read compressed bytes as values, so
     torch inflates every storage, together no more than the ``inflation_limit`` the directory was held to."""
+    return _weights_only(path)
+
+
+def _weights_only(path: str, mmap: bool = False) -> Any:
+    """``torch.load(weights_only=True)`` of ``path`` (whatever bytes its name holds). A refusal keeps its type and
+    traceback, but its text becomes the gate's (``_refusal``): torch's advises loading with
+    ``weights_only=False``, which would run the code of the very file the gate refused."""
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=True)
+    with openable(path) as name:
+        try:
+            return torch.load(name, map_location="cpu", weights_only=True, mmap=mmap)
+        except Exception as exc:
+            refusal = _refusal(str(exc))
+            if refusal is not None:
+                exc.args = (refusal,)
+            raise
+
+
+_REFUSED = "refused to unpickle it: "
+_GLOBAL = re.compile(r"GLOBAL (\S+?)(?: was not an allowed global| whose module \S+ is blocked)")
+_ADVICE = ("`False`", "trust", "safe_globals", "recommended steps", "documentation of torch.load")
+"""Words of the sentences of torch's advice: to load with ``weights_only=False``, or to allow-list the global."""
+
+
+def _refusal(text: str) -> str | None:
+    """What torch.load refused, without its advice; None for a text that is no refusal."""
+    found = _GLOBAL.search(text)
+    if found:
+        return (f"{_REFUSED}Unsupported global: GLOBAL {found[1]}, which no tensor needs: the pickle would call "
+                "it (run code) when loaded")
+    if "WeightsUnpickler error:" not in text and not any(words in text for words in _ADVICE):
+        return None
+    said = " ".join(text.rsplit("WeightsUnpickler error:", 1)[-1].split())
+    kept = [s for s in re.split(r"(?<=\.) ", said) if not any(words in s for words in _ADVICE)]
+    return _REFUSED + (" ".join(kept) or "torch gave no reason")
 
 
 def load_structure(path: str) -> Any:
@@ -81,20 +114,33 @@ def _load_checked(path: str, archive: Archive | None) -> Any:
     if archive is None:
         with open(path, "rb") as handle:
             magic = handle.read(4)
+            size = os.fstat(handle.fileno()).st_size
         if magic[:2] != b"PK" and magic[:1] != b"\x80":
             # torch.save writes a zip archive (or, before 1.6, a pickle stream): anything else is another format.
             raise FormatError(f"not a torch.save file (a zip archive or pickle stream): it starts with {magic!r}")
+        if magic == b"PK\x03\x04" and _cut_short(path):
+            # torch.load would say "failed finding central directory", or fail to open it (EINVAL).
+            raise FormatError(f"truncated: {size} bytes of a zip archive whose end, the central directory that "
+                              "lists its members, is missing (a write or copy cut short)")
     if archive is None or archive.directory.stored:
         return load_torch(path)
     return _load_inflating(path)
 
 
+def _cut_short(path: str) -> bool:
+    """A file that begins as a zip archive but has no end record: the end of what torch.save wrote is missing."""
+    try:
+        read_directory(path)
+    except NotPlain:
+        return True
+    return False
+
+
 def load_error(exc: Exception) -> str:
     """The informative sentence of torch.load's long error texts."""
     text = str(exc)
-    if "WeightsUnpickler error:" in text:
-        reason = text.split("WeightsUnpickler error:", 1)[1].strip().split("\n")[0].split(". Please")[0]
-        return f"torch.load(weights_only=True) refused to unpickle it: {reason}"
+    if text.startswith(_REFUSED):
+        return f"torch.load(weights_only=True) {text}"
     first = " ".join(text.split()).split(". ")[0][:240] or "(no message)"
     return f"torch.load(weights_only=True) failed: {first}"
 

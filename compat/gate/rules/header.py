@@ -11,7 +11,7 @@ from compat.gate.read.layouts import Layout
 from compat.gate.read.tensors import FLOATS, INTEGERS, shape_text
 from compat.gate.read.views import EntryFault, SampleView
 from compat.gate.rules.reading import layout_fault
-from compat.gate.rules.rule import Context, Phase, ReadSubject, Rule, RuleFinding, ValueSubject
+from compat.gate.rules.rule import Context, Phase, ReadSubject, Rule, RuleFinding, ValueSubject, some
 from compat.gate.value_stats import SampleValues
 
 
@@ -21,7 +21,7 @@ def _layer_count(s: SampleView, ctx: Context) -> Sequence[RuleFinding]:
         return ()
     n = s.numbered
     layer_ids = ctx.expected.layer_ids
-    ids = f" {list(layer_ids.value)}" if layer_ids else ""
+    ids = f" [{some([str(i) for i in layer_ids.value])}]" if layer_ids else ""
     hint = ""
     if n > 2 * want.value and all(len(t.shape) == 1 for t in s.layers):
         hint = " (one entry per token, not per layer: see layer_shape)"
@@ -58,6 +58,10 @@ def _layer_shape(s: SampleView, _ctx: Context) -> Sequence[RuleFinding]:
         what = ", ".join(f"{n} of {shape}" for shape, n in shapes.most_common(3))
         msg = f"{len(bad)} of {len(s.layers)} layers are not [T, hidden] (rank 2): {what}"
         tokens = s.tokens
+        if all(len(t.shape) == 3 and t.shape[0] == 1 for t in bad):
+            msg += ": a batch dimension of 1 kept (each layer saved as the model returned it, [1, T, hidden])"
+            return [RuleFinding(msg, "drop the batch dimension: save h[0] (or h.squeeze(0)) for each layer",
+                                expected="[T, hidden] per layer", found=what)]
         if all(len(t.shape) == 1 for t in bad) and len(s.layers) > 8:
             msg += (f". A list of {len(s.layers)} one-dimensional tensors is one [{len(s.layers)}, hidden] tensor "
                     "iterated as if it were the list of layers (e.g. a collective_rpc reply indexed with [0] picked "
@@ -72,7 +76,7 @@ def _layer_shape(s: SampleView, _ctx: Context) -> Sequence[RuleFinding]:
                             "no state", "capture the layers' full hidden states", found=shape_text(empty[0].shape))]
     shapes = {t.shape for t in s.layers}
     if len(shapes) > 1:
-        listed = ", ".join(f"{t.name} {shape_text(t.shape)}" for t in s.layers[:6])
+        listed = some([f"{t.name} {shape_text(t.shape)}" for t in s.layers])
         return [RuleFinding(f"layers disagree in shape: {listed}", "slice every layer the same way", found=listed)]
     return ()
 
@@ -84,7 +88,9 @@ LAYER_SHAPE = Rule(
 
 def _seq_len(s: SampleView, _ctx: Context) -> Sequence[RuleFinding]:
     tokens = s.tokens
-    rows = {t.shape[0] for t in s.layers if len(t.shape) >= 2}
+    # Rows of the [T, hidden] layers only: a layer of another rank is layer_shape's finding ([1, T, hidden] has
+    # one "row"), and one layout mistake is one finding.
+    rows = {t.shape[0] for t in s.layers if len(t.shape) == 2}
     if tokens is None or not rows or rows == {tokens}:
         return ()
     wrong = sorted(r for r in rows if r != tokens)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from compat.findings import Status
 from compat.gate.pairing import Pairing
 from compat.gate.recompute import BASELINE_MARGIN, ComparisonError, state_name
-from compat.gate.rules.rule import Context, Phase, ReferenceSubject, Rule, RuleFinding
+from compat.gate.rules.rule import Context, Phase, ReferenceSubject, Rule, RuleFinding, some
 
 
 def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
@@ -29,8 +29,10 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
             problems.append(msg)
     inferred = [m.state for m, want in zip(layers, c.expected_states) if want is None and isinstance(m.state, int)]
     if c.inferred and not problems and (inferred != sorted(inferred) or len(set(inferred)) != len(inferred)):
-        problems.append(f"stored layers match residual-stream states {inferred}: not in increasing depth")
-    matched = ", ".join(str(m.state) for m in layers)
+        problems.append(f"stored layers match residual-stream states [{some([str(i) for i in inferred])}]: not in "
+                        "increasing depth")
+    matched = some([str(m.state) for m in layers])
+    expected = f"states [{some([str(m.state) for m in layers])}]"
     if problems:
         hint = ""
         if not c.inferred and all(
@@ -39,18 +41,18 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
             other = "output" if c.numbering == "input" else "input"
             hint = f" All layers are off by one: the file follows --layer-numbering {other}."
         return [RuleFinding(f"{len(problems)} of {len(layers)} layers differ from HF transformers: "
-                            + "; ".join(problems) + hint,
+                            + some(problems, "; ") + hint,
                             "check the layer ids and numbering convention, the slicing, and the model weights",
-                            expected=f"states {[m.state for m in layers]}", found=matched)]
+                            expected=expected, found=matched)]
     worst = max(layers, key=lambda m: m.rel)
     loose = [m for m in layers if not m.decisive]
     if loose and not c.inferred:
-        names = "; ".join(f"{c.view.layers[m.slot].name}: bound {m.max_rel:.3g}{_why(m)}, but "
-                          f"{state_name(m.other_state, c.n_layers)} is only {m.other_rel:.3g} away" for m in loose)
+        names = some([f"{c.view.layers[m.slot].name}: bound {m.max_rel:.3g}{_why(m)}, but "
+                      f"{state_name(m.other_state, c.n_layers)} is only {m.other_rel:.3g} away" for m in loose], "; ")
         return [RuleFinding(f"{len(loose)} of {len(layers)} layers are within their bound, but the bound cannot tell "
                             f"their state from another one: {names}", "recompute in float32, or compare with "
                             "--max-rel below the distance to the nearest other state",
-                            expected=f"states {[m.state for m in layers]}", found=matched, status=Status.UNKNOWN)]
+                            expected=expected, found=matched, status=Status.UNKNOWN)]
     if c.inferred:
         return [RuleFinding(
             f"{len(layers)} layers match HF transformers' states {matched} (worst relative error {worst.rel:.2g}, "

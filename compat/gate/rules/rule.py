@@ -92,3 +92,13 @@ class Rule:
     """A sample failing it cannot be compared row by row: ``--reference`` leaves it out."""
     also: Mapping[Phase, Check] = field(default_factory=dict)
     """Checks the rule makes in other phases (``token_ids``: ids within the vocabulary under ``--values``)."""
+
+
+SHOWN = 5
+"""Items a message lists before saying how many more there are: a file may claim thousands of layers."""
+
+
+def some(items: Sequence[str], sep: str = ", ") -> str:
+    """The first ``SHOWN`` of ``items`` joined by ``sep``, then how many more there are."""
+    more = f"{sep}and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
+    return sep.join(items[:SHOWN]) + more

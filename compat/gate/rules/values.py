@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from compat.gate.expect import Expectations
 from compat.gate.read.views import SampleView
-from compat.gate.rules.rule import Context, Phase, Rule, RuleFinding, ValueSubject
+from compat.gate.rules.rule import SHOWN, Context, Phase, Rule, RuleFinding, ValueSubject
 from compat.gate.value_stats import SampleValues
 
 NONFINITE_POLICIES = ("fail", "warn", "skip")
@@ -118,10 +118,6 @@ DISTINCT_ROWS = Rule("distinct_rows", "--values: no token's row repeats the prev
                      Phase.VALUES, _distinct_rows)
 
 DISTINCT_LAYERS = Rule("distinct_layers", "--values: no two layers are identical", Phase.VALUES, _distinct_layers)
-
-SHOWN = 5
-"""Items a message lists before saying how many more there are: a file may claim thousands of layers."""
-
 
 def _first(items: Sequence) -> Sequence:
     return items[:SHOWN]

@@ -1,0 +1,181 @@
+"""Safe, exact reports: what a file holds (its name, a tensor's name, a pickle global's name) never reaches a
+report as a control sequence; file names keep every character; a run that cannot go on still writes JSON;
+findings say what happened, once, in bounded words."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from compat.gate.cli import main
+from compat.gate.collect import MESSAGE_LIMIT
+from compat.gate.options import GateOptions
+from compat.gate.runner import run_gate
+from tests.gate_files import layered, write_data_config, write_speculators, write_vllm
+
+H = 16
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J"
+SHOWN_AS = "\\x1b]0;pwned\\x07\\x1b[2J"
+FORMATS = ("terminal", "json", "markdown", "junit", "github")
+
+
+def _gate(tmp_path: Path, *args: str) -> tuple[int, str]:
+    """The command line's report (written to a file, as a CI job would) and its exit code."""
+    out = tmp_path / "report.out"
+    code = main([*args, "--no-progress", "--output", str(out)])
+    return code, out.read_text(encoding="utf-8") if out.exists() else ""
+
+
+def _pickle_naming(path: Path, pickle: bytes) -> Path:
+    """A torch.save archive whose data.pkl is ``pickle``, the rest as torch wrote it."""
+    buffer = io.BytesIO()
+    torch.save({"a": torch.zeros(1)}, buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as src, zipfile.ZipFile(path, "w") as dst:
+        for name in src.namelist():
+            dst.writestr(name, pickle if name.endswith("data.pkl") else src.read(name))
+    return path
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("hostile")
+    save_file({f"layer{HOSTILE}": torch.zeros(2)}, str(directory / "names.safetensors"))
+    _pickle_naming(directory / "global.pt", b"\x80\x02cos\nsystem" + HOSTILE.encode() + b"\n)R.")
+    return directory
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_control_sequences_in_files_never_reach_a_report(hostile, tmp_path, fmt):
+    code, text = _gate(tmp_path, str(hostile), "--format", fmt)
+    assert code == 1 and text
+    assert "\x1b" not in text and "\x07" not in text, fmt
+    if fmt == "json":
+        report = json.loads(text)
+        assert "\\u001b" not in text and "\\u0007" not in text
+        messages = {f["symbol"]: f["message"] for f in report["findings"]}
+        assert f"layer{SHOWN_AS}" in messages["names.safetensors"]
+        assert f"os.system{SHOWN_AS}" in messages["global.pt"]
+        return
+    if fmt == "junit":
+        ET.fromstring(text)  # valid XML: raw control characters are not
+    assert f"layer{SHOWN_AS}" in text and f"os.system{SHOWN_AS}" in text, text
+
+
+COLON = "req-2024-01-01T12:00:07.safetensors"
+
+
+def test_file_names_keep_their_colons_and_a_sample_is_not_a_line(tmp_path):
+    data = tmp_path / "data"
+    write_vllm(data / COLON, torch.arange(8), torch.zeros(8, 4, H)[:, :, :8])  # hidden 8 where the list has 16
+    good = {"input_ids": torch.arange(8), "hidden_states": layered(8, H, 4), "loss_mask": torch.ones(8).long()}
+    bad = dict(good, hidden_states=layered(6, H, 4))  # rows missing
+    torch.save([good, bad], data / "batch:1.pt")
+    _, github = _gate(tmp_path, str(data), "--format", "github", "--hidden-size", str(H))
+    annotations = [line for line in github.splitlines() if line.startswith("::error ")]
+    named = [a for a in annotations if "req-2024" in a]
+    assert named and all("file=data/req-2024-01-01T12%3A00%3A07.safetensors," in a or
+                         "file=req-2024-01-01T12%3A00%3A07.safetensors," in a for a in named), named
+    sample = [a for a in annotations if "batch" in a]
+    assert sample and all("batch%3A1.pt#1" in a.split("title=")[1] for a in sample), sample
+    assert not any("line=" in a for a in annotations), annotations
+    _, junit = _gate(tmp_path, str(data), "--format", "junit", "--hidden-size", str(H))
+    cases = ET.fromstring(junit).findall("testcase")
+    files = {c.get("file") for c in cases}
+    assert COLON in files and "batch:1.pt" in files and not any(c.get("line") for c in cases), files
+
+
+def test_a_good_file_whose_name_is_not_utf8_passes_values_and_reads_xff(tmp_path):
+    good = write_vllm(tmp_path / "x.safetensors", torch.arange(8), layered(8, H, 4))
+    os.rename(bytes(good), os.fsencode(tmp_path) + b"/req-\xff.safetensors")
+    pt = write_speculators(tmp_path / "y.pt", torch.arange(8), layered(8, H, 4))
+    os.rename(bytes(pt), os.fsencode(tmp_path) + b"/data_\xfe.pt")
+    result = run_gate(GateOptions(paths=(tmp_path,), values=True))
+    assert not result.failing(), [f.message for f in result.failing()]
+    assert result.summary.value_bytes > 0
+    code, text = _gate(tmp_path, str(tmp_path), "--format", "json", "--values", "--show-ok")
+    assert code == 0 and "\\\\xff" in text and "\\\\xfe" in text and "\\udc" not in text
+    symbols = {f["symbol"] for f in json.loads(text)["findings"]}
+    assert symbols == {"req-\\xff.safetensors", "data_\\xfe.pt"}
+
+
+def test_a_run_that_cannot_go_on_still_writes_json_naming_the_error(tmp_path, capsys):
+    write_speculators(tmp_path / "data_0.pt", torch.arange(8), layered(8, H, 4))
+    config = write_data_config(tmp_path, [1, 2, 3, 4], H)
+    config.write_text(config.read_text()[:40])  # cut short
+    assert main([str(tmp_path), "--format", "json", "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    assert document["schema"] == "compat.gate/1" and document["exit_code"] == 2
+    assert document["error"]["type"] == "CompatError" and "data_config.json" in document["error"]["message"]
+    assert captured.err.count("\n") == 1 and "data_config.json" in captured.err
+    out = tmp_path / "report.json"
+    assert main([str(tmp_path), "--format=json", "--output", str(out), "--bogus-flag"]) == 2
+    assert "--bogus-flag" in json.loads(out.read_text())["error"]["message"] and not capsys.readouterr().out
+    assert main([str(tmp_path), "--no-progress"]) == 2 and not capsys.readouterr().out  # not asked: no JSON
+
+
+def _finding(tmp_path: Path, name: str, *flags: str) -> dict:
+    _, text = _gate(tmp_path, str(tmp_path / "data"), "--format", "json", *flags)
+    (found,) = [f for f in json.loads(text)["findings"] if f["symbol"] == name and f["status"] != "ok"]
+    return found
+
+
+def test_a_truncated_archive_is_reported_truncated(tmp_path):
+    # Large enough that torch's reader, looking for the directory in the last 64 KiB, fails with EINVAL.
+    good = write_speculators(tmp_path / "data" / "good.pt", torch.arange(512), layered(512, 256, 4)).read_bytes()
+    for cut in (30000, len(good) // 2, len(good) - 1):
+        (tmp_path / "data" / f"cut_{cut}.pt").write_bytes(good[:cut])
+    for cut in (30000, len(good) // 2, len(good) - 1):
+        f = _finding(tmp_path, f"cut_{cut}.pt")
+        assert f["probe"] == "readable" and f["message"].startswith(f"truncated: {cut} bytes"), f["message"]
+        assert "Invalid argument" not in f["message"]
+
+
+def test_a_pickle_that_would_run_code_names_its_global_and_never_advises_running_it(tmp_path):
+    class System:
+        def __reduce__(self):
+            return os.system, ("true",)
+
+    class Eval:
+        def __reduce__(self):
+            return eval, ("1",)
+
+    (tmp_path / "data").mkdir()
+    torch.save({"input_ids": torch.arange(4), "x": System()}, tmp_path / "data" / "system.pt")
+    torch.save({"input_ids": torch.arange(4), "x": Eval()}, tmp_path / "data" / "eval.pt")
+    for name, global_ in (("system.pt", f"{os.system.__module__}.system"), ("eval.pt", "eval")):
+        f = _finding(tmp_path, name)
+        assert f["probe"] == "readable" and f"GLOBAL {global_}," in f["message"], f["message"]
+        for fmt in FORMATS:
+            _, text = _gate(tmp_path, str(tmp_path / "data"), "--format", fmt)
+            assert "False" not in text and "weights_only=False" not in text and "trust" not in text, (fmt, text)
+
+
+def test_a_kept_batch_dimension_is_one_finding(tmp_path):
+    write_speculators(tmp_path / "data" / "b.pt", torch.arange(8), [h.unsqueeze(0) for h in layered(8, H, 4)])
+    _, text = _gate(tmp_path, str(tmp_path / "data"), "--format", "json")
+    (f,) = [f for f in json.loads(text)["findings"] if f["status"] != "ok"]
+    assert f["probe"] == "layer_shape" and "batch dimension" in f["message"] and "squeeze(0)" in f["fix"]
+
+
+def test_long_lists_are_cut_with_a_count_of_what_was_left_out(tmp_path):
+    layers = [h if i % 2 else h[:, :8] for i, h in enumerate(layered(8, H, 200))]
+    write_speculators(tmp_path / "data" / "many.pt", torch.arange(8), layers)
+    save_file({f"tensor_{i:05}_{'x' * 40}": torch.zeros(1) for i in range(3000)},
+              str(tmp_path / "data" / "names.safetensors"))
+    _, text = _gate(tmp_path, str(tmp_path / "data"), "--format", "json", "--hidden-size", str(H))
+    findings = json.loads(text)["findings"]
+    shape = next(f for f in findings if f["symbol"] == "many.pt" and f["probe"] == "layer_shape")
+    assert shape["message"].endswith("and 195 more") and len(shape["message"]) < 300, shape["message"]
+    (names,) = [f for f in findings if f["symbol"] == "names.safetensors" and f["status"] != "ok"]
+    left = len(names["message"]) - MESSAGE_LIMIT
+    assert 0 < left < 100 and names["message"].endswith(" more characters)"), names["message"][-80:]
+    assert all(len(f["message"]) < MESSAGE_LIMIT + 100 for f in findings)
