@@ -172,3 +172,24 @@ def test_without_shared_first_tokens_the_scale_still_compares(model, hf, tmp_pat
     assert _failing(result) == {"consistency": ["data_4.pt"]}
     (f,) = result.failing()
     assert f.status is Status.BROKEN and _ratio(f.message) == pytest.approx(3, rel=0.1)
+
+
+def test_repeated_rows_are_counted_across_read_parts(tmp_path, monkeypatch):
+    """The count and the first repeated token are the same whether the sample is read whole or a few rows at a
+    time (a repeat that straddles two parts included); a repeat of the same token, or of zeros, is not one."""
+    from compat.gate import value_stats
+    from compat.gate.read.files import read_file
+
+    from .gate_files import write_vllm
+
+    x = torch.randn(10, 3, 37)
+    x[4, 1] = x[3, 1]  # token 4 repeats token 3 in the second layer
+    x[7] = x[6]  # tokens 6 and 7 are the same token: allowed
+    x[8:, 2] = 0  # zeros: zero_rows' finding
+    ids = torch.tensor([5, 6, 7, 8, 9, 10, 11, 11, 12, 13])
+    path = write_vllm(tmp_path / "r.safetensors", ids, x)
+    whole = value_stats.scan_file(read_file(str(path)), False).samples[0]
+    monkeypatch.setattr(value_stats, "CHUNK_BYTES", 4 * 3 * 37 * 4)  # four rows per part: 3 and 4 in two parts
+    parts = value_stats.scan_file(read_file(str(path)), False).samples[0]
+    for v in (whole, parts):
+        assert [(s.repeated_rows, s.first_repeated) for s in v.layers] == [(0, None), (1, 4), (0, None)]

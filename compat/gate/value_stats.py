@@ -177,9 +177,9 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
             for c0 in range(0, hidden, plan.columns):
                 x = st.part(start, stop, lo, hi, c0, min(hidden, c0 + plan.columns))
                 read += x.numel() * x.element_size()
-                is_zero = _measure(x, start, lo, stats, squares, zero)
+                sums, is_zero = _measure(x, start, lo, stats, squares, zero)
                 if plan.columns == hidden:  # whole rows: compare each with the one before
-                    _repeated(x, start, lo, stats, new_token[start:stop] & ~is_zero.T, last_rows)
+                    _repeated(x, sums, start, lo, stats, new_token[start:stop] & ~is_zero.T, last_rows)
         by_layer = squares.T.contiguous().numpy()
         for i in range(n):
             digests[i].update(by_layer[i])
@@ -210,25 +210,29 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     return SampleValues(view, tuple(stats), identical, id_range, odd, read, _prefix(st, ids, n, hidden, plan))
 
 
-def _repeated(x, start: int, lo: int, stats: list[LayerStats], judged, last_rows: dict) -> None:
-    """Count the rows of part ``x`` (whole rows of layers ``lo..``) equal to the row before them although their
-    token differs from the one before (``judged``: per layer, the rows to judge; rows of zeros are zero_rows')."""
+def _repeated(x, sums, start: int, lo: int, stats: list[LayerStats], judged, last_rows: dict) -> None:
+    """Count the rows of part ``x`` (whole rows of layers ``lo..``, their sums of squares ``sums``) equal to the
+    row before them although their token differs from the one before (``judged``: ``[layers, rows]``, the rows to
+    judge; rows of zeros are zero_rows'). Equal rows have equal sums: only rows whose sum repeats are compared."""
     import torch
 
+    first = start
+    if lo in last_rows:  # the previous part's last row comes first
+        row, total = last_rows[lo]
+        x, sums, first = torch.cat([row[None], x]), torch.cat([total[None], sums]), start - 1
+        judged = torch.cat([torch.zeros(judged.shape[0], 1, dtype=torch.bool), judged], dim=1)
+    last_rows[lo] = (x[-1].clone(), sums[-1].clone())
     same = torch.zeros(x.shape[0], x.shape[1], dtype=torch.bool)
-    same[1:] = (x[1:] == x[:-1]).all(dim=2)
-    if lo in last_rows:
-        same[0] = (x[0] == last_rows[lo]).all(dim=1)
-    last_rows[lo] = x[-1].clone()
+    same[1:] = sums[1:] == sums[:-1]
     same &= judged.T
-    if not bool(same.any()):
-        return
+    for r, k in same.nonzero().tolist():
+        same[r, k] = torch.equal(x[r, k], x[r - 1, k])
     counts = same.sum(dim=0).tolist()
     for k, count in enumerate(counts):
         if count:
             s = stats[lo + k]
             if s.first_repeated is None:
-                s.first_repeated = start + int(same[:, k].nonzero()[0, 0])
+                s.first_repeated = first + int(same[:, k].nonzero()[0, 0])
             s.repeated_rows += count
 
 
@@ -274,7 +278,7 @@ def _identical(st: SampleTensors, candidates: list[int], tokens: int, hidden: in
 
 def _measure(x, start: int, lo: int, stats: list[LayerStats], squares, zero):
     """Fold one part ``x`` (``[rows, layers lo.., columns]``, stored dtype) into the sample's statistics; which of
-    its rows are all zeros (``[rows, layers]``)."""
+    its rows' sums of squares and which of them are all zeros (each ``[rows, layers]``)."""
     import torch
 
     xf = x.float()
@@ -296,4 +300,4 @@ def _measure(x, start: int, lo: int, stats: list[LayerStats], squares, zero):
             s.nan, s.inf = s.nan + nans[k], s.inf + infs[k]
             if s.first_bad is None and (nans[k] or infs[k]):
                 s.first_bad = start + int(bad_rows[:, k].nonzero()[0, 0])
-    return is_zero
+    return part, is_zero
