@@ -47,11 +47,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, help="expected number of layers per sample")
     p.add_argument("--layer-ids", type=_int_list, help="the layer ids extracted, e.g. 2,16,29,31")
     p.add_argument("--values", action="store_true",
-                   help="read tensor values too: finite, no all-zero layer, no duplicate layer, plausible order")
+                   help="read tensor values too: finite, no all-zero layer or row, no duplicate layer or row, "
+                        "plausible order, and each sample against the rest of its dataset")
     p.add_argument("--nonfinite", default="fail",
                    help=f"NaN/Inf policy with --values: {', '.join(NONFINITE_POLICIES)} (default fail)")
     p.add_argument("--reference", type=Path, metavar="MODEL_DIR",
-                   help="recompute a sample of files with HF transformers on these weights and compare")
+                   help="recompute a few samples with HF transformers on these weights and compare (the dataset "
+                        "comparison's outliers first, then at random); reads every value, as --values does")
     p.add_argument("--reference-samples", type=int, default=4, help="samples to recompute (default 4)")
     p.add_argument("--reference-device", default="cpu", help="where the float32 reference runs: cpu (default), "
                                                              "cuda, or auto (CUDA when torch sees a device)")
