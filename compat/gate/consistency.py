@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from compat.gate.recompute import TOLERANCES
 from compat.gate.value_stats import SampleValues
 
-MARGIN = 4.0
-"""A sample is off when its distance to the group's median row is over this many times the group's typical one."""
+MARGIN = 8.0
+"""A sample is off when its distance to the group's median row is over this many times the group's typical one:
+were the distances of right samples half-normal, 8 typical ones is 5.4 standard deviations, which one right sample
+in ten million reaches (4 would be one in 150: dozens in a large dataset whose kernels round by batch)."""
 SCALE_DEVIATIONS = 8.0
 SCALE_FACTOR = 1.25
 SCALE_MIN_SAMPLES = 8
