@@ -56,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
                                                              "cuda, or auto (CUDA when torch sees a device)")
     p.add_argument("--layer-numbering", default="auto",
                    help="what layer id k means: output (of decoder layer k; speculators), input (state entering "
-                        "layer k; vLLM), auto (by layout; default)")
+                        "layer k; vLLM, EAGLE-3), auto (by layout; default)")
     p.add_argument("--max-rel", type=float, help="reference: largest relative L2 error accepted (default by dtype)")
     p.add_argument("--min-cos", type=float, help="reference: smallest per-token cosine accepted (default by dtype)")
     p.add_argument("--ignore", action="append", default=[], metavar="RULE", help="skip a rule (repeatable)")
