@@ -1,5 +1,7 @@
 """What the rules found, placed in files and samples and made into ``compat.findings.Finding``s, file by file:
-``--ignore``d rules left out, and one ``ok`` finding (probe ``file``) for a file nothing failed."""
+``--ignore``d rules left out, and one ``ok`` finding (probe ``file``) for a file nothing failed. Findings about a
+dataset as a whole (every loss mask all zero, a flag against its ``data_config.json``) are keyed to a path that is
+no file read, its directory or its config, and come first."""
 
 from __future__ import annotations
 
@@ -12,15 +14,18 @@ from compat.gate.read.views import FileView
 from compat.gate.rules.rule import RuleFinding
 
 Key = tuple[str, int | None]
-"""A file (index None) or a sample of a list file (its index)."""
+"""A file (index None), a sample of a list file (its index), or a dataset (its directory or its
+``data_config.json``, index None)."""
 Found = dict[Key, list[tuple[str, RuleFinding]]]
 """Per file or sample, (rule name, finding) in the order the rules ran."""
 
 
 def where(root: Path | str, sample_file: str, index: int | None) -> tuple[str, str]:
     """A finding's symbol (``file#i``) and location (``file:i``), relative to ``root``."""
-    prefix = str(root).rstrip(os.sep) + os.sep
-    rel = _shown(sample_file[len(prefix):] if sample_file.startswith(prefix) else sample_file)
+    top = str(root).rstrip(os.sep)
+    prefix = top + os.sep
+    rel = _shown(sample_file[len(prefix):] if sample_file.startswith(prefix) else
+                 "." if sample_file == top else sample_file)
     return (rel, rel) if index is None else (f"{rel}#{index}", f"{rel}:{index}")
 
 
@@ -40,9 +45,11 @@ def _finding(root: str, key: Key, rule: str, f: RuleFinding) -> Finding:
 
 
 def collect(views: list[FileView], found: Found, ignore: frozenset[str], root: Path) -> list[Finding]:
-    """Every file's findings, the file's own first, then each sample's of a list file."""
-    findings: list[Finding] = []
+    """Every dataset's findings, then every file's: the file's own first, then each sample's of a list file."""
     top = str(root)  # a str: where() would convert a Path for every finding
+    files = {view.path for view in views}
+    datasets = sorted((key for key in found if key[0] not in files), key=lambda key: key[0])
+    findings = [_finding(top, key, rule, f) for key in datasets for rule, f in found[key] if rule not in ignore]
     for view in views:
         keys = [(view.path, None)] + [(view.path, s.index) for s in view.samples if s.index is not None]
         shown = [_finding(top, key, rule, f) for key in keys for rule, f in found.get(key, ()) if rule not in ignore]
