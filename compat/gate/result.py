@@ -4,7 +4,7 @@ JSON schema ``compat.gate/1`` (``as_json``)::
 
     {"schema": "compat.gate/1", "generated_by": "compat X.Y.Z",
      "paths": [str], "source_root": str,
-     "options": {"layout", "values", "nonfinite", "reference", "reference_samples", "reference_device",
+     "options": {"layout", "values", "override_data_config", "nonfinite", "reference", "reference_samples", "reference_device",
                  "layer_numbering",
                  "ignore", "strict"},
      "expected": {"hidden_size" | "dtype" | "layers" | "layer_ids" | "vocab_size": {"value", "source"} | null},

@@ -15,17 +15,19 @@ import gc
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from compat.errors import CompatError
 from compat.gate import expect
 from compat.gate.collect import Found, Key, collect, where
+from compat.gate.datasets import layout_outliers, unused_masks
 from compat.gate.discover import discover
 from compat.gate.options import GateOptions
 from compat.gate.read.files import NOT_DATA, read_file
 from compat.gate.read.layouts import Layout
-from compat.gate.read.views import FailureKind, FileView, ReadFailure
+from compat.gate.read.views import FailureKind, FileView, ReadFailure, SampleView
 from compat.gate.recompute import recompute
 from compat.gate.result import GateResult, GateSummary
 from compat.gate.rules import RULES, STRUCTURAL, checks
@@ -51,13 +53,15 @@ def run_gate(options: GateOptions, progress: Progress | None = None) -> GateResu
             gc.enable()
 
 
-def _expectations(options: GateOptions, data_config: Path | None) -> expect.Expectations:
+def _expectations(options: GateOptions,
+                  data_config: Path | None) -> tuple[expect.Expectations, tuple[expect.Conflict, ...]]:
     model = expect.read_model_config(options.model) if options.model else None
     if model is None and options.reference is not None:
         model = expect.read_model_config(options.reference)
     dc = expect.read_data_config(data_config) if data_config else None
     return expect.build(hidden_size=options.hidden_size, dtype=options.dtype, layers=options.layers,
-                        layer_ids=options.layer_ids, model=model, data_config=dc)
+                        layer_ids=options.layer_ids, model=model, data_config=dc,
+                        override_data_config=options.override_data_config)
 
 
 def _judge(phase: Phase, subjects: Subjects, found: Found) -> list[Key]:
@@ -84,6 +88,26 @@ def _read_subjects(views: list[FileView], base: Context, contexts: dict[Layout, 
         for s in view.samples:
             for fault in s.faults:
                 yield s.file, s.index, fault, contexts[s.layout]
+
+
+def _dataset_read_subjects(conflicts: tuple[expect.Conflict, ...], samples: list[SampleView], base: Context,
+                           contexts: dict[Layout, Context]) -> Subjects:
+    """Phase.READ, about datasets: each flag that contradicts data_config.json (keyed to that file), each sample
+    whose layout is not its directory's."""
+    for c in conflicts:
+        yield str(c.path), None, c, base
+    for o in layout_outliers(samples):
+        yield o.view.file, o.view.index, o, contexts[o.view.layout]
+
+
+def _dataset_value_subjects(scanned: list[tuple[str, FileValues]], base: Context,
+                            contexts: dict[Layout, Context]) -> Subjects:
+    """Phase.VALUES, about datasets: all-zero loss masks, a sample's, or its directory's when every one is."""
+    for u in unused_masks(v for _, values in scanned for v in values.samples):
+        if u.view is None:
+            yield u.dataset, None, u, base
+        else:
+            yield u.view.file, u.view.index, u, contexts[u.view.layout]
 
 
 def _value_subjects(scanned: list[tuple[str, FileValues]], base: Context,
@@ -122,7 +146,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     started = time.perf_counter()
     found_files = discover(options.paths)
     root, data_config = found_files.root, found_files.data_config
-    exp = _expectations(options, data_config)
+    exp, conflicts = _expectations(options, data_config)
     views, scanned = _read(found_files.files, options, exp, progress)
     views += [FileView(link, 0, failure=ReadFailure(
         FailureKind.UNREADABLE, "a link to a directory already walked (a symlink loop, or a second link to the "
@@ -135,9 +159,11 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     contexts = {layout: Context(e, options) for layout, e in by_layout.items()}
     base = Context(exp, options)
     found: Found = {}
-    _judge(Phase.READ, _read_subjects(views, base, contexts), found)
+    _judge(Phase.READ, chain(_read_subjects(views, base, contexts),
+                             _dataset_read_subjects(conflicts, samples, base, contexts)), found)
     _judge(Phase.HEADER, ((s.file, s.index, s, contexts[s.layout]) for s in samples), found)
-    skipped = _judge(Phase.VALUES, _value_subjects(scanned, base, contexts), found)
+    skipped = _judge(Phase.VALUES, chain(_value_subjects(scanned, base, contexts),
+                                         _dataset_value_subjects(scanned, base, contexts)), found)
     layouts = Counter(v.samples[0].layout for v in views if v.samples)
     shown_layout = layouts.most_common(1)[0][0] if layouts else None
     if shown_layout is not None:

@@ -50,6 +50,8 @@ class SampleValues:
     """Smallest and largest token id (measured only when a vocabulary is known to check them against)."""
     mask_values: tuple = ()
     """Loss-mask values other than 0 and 1, sorted."""
+    mask_all_zero: bool | None = None
+    """Every loss-mask entry is 0 (None: no mask, or an empty one)."""
     bytes_read: int = 0
 
 
@@ -158,9 +160,12 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     id_range = (int(ids.min()), int(ids.max())) if token_range and ids.numel() else None
     mask = st.loss_mask()
     odd: tuple = ()
+    all_zero = None
     if mask is not None and mask.numel():
-        odd = tuple(sorted(set(mask.unique().tolist()) - {0, 1}))  # bools compare equal to 0 and 1
-    return SampleValues(view, tuple(stats), identical, id_range, odd, read)
+        present = set(mask.unique().tolist())
+        odd = tuple(sorted(present - {0, 1}))  # bools compare equal to 0 and 1
+        all_zero = present == {0}
+    return SampleValues(view, tuple(stats), identical, id_range, odd, all_zero, read)
 
 
 def _identical(st: SampleTensors, candidates: list[int], tokens: int, hidden: int, itemsize: int) -> list[tuple]:
