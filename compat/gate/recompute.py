@@ -257,8 +257,8 @@ def resolve_numbering(requested: str, layout: Layout) -> str:
 
 
 _NUMBERING_TEXT = {"output": "layer id k = output of decoder layer k (speculators' layer_ids)",
-                   "input": "layer id k = state entering decoder layer k (vLLM's eagle_aux_hidden_state_layer_ids, EAGLE-3's "
-                            "hidden_states[k])",
+                   "input": "layer id k = state entering decoder layer k (vLLM's eagle_aux_hidden_state_layer_ids; "
+                            "EAGLE-3's hidden_states[k])",
                    "infer": "no layer ids: each stored layer is matched to the closest residual-stream state"}
 
 

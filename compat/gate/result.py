@@ -4,8 +4,8 @@ JSON schema ``compat.gate/1`` (``as_json``)::
 
     {"schema": "compat.gate/1", "generated_by": "compat X.Y.Z",
      "paths": [str], "source_root": str,
-     "options": {"layout", "values", "override_data_config", "nonfinite", "reference", "reference_samples", "reference_device",
-                 "layer_numbering",
+     "options": {"layout", "values", "override_data_config", "nonfinite", "reference", "reference_samples",
+                 "reference_device", "layer_numbering",
                  "ignore", "strict"},
      "expected": {"hidden_size" | "dtype" | "layers" | "layer_ids" | "vocab_size": {"value", "source"} | null},
      "summary": {"files", "samples", "tokens", "bytes", "value_bytes", "seconds",

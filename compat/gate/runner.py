@@ -22,7 +22,7 @@ from typing import Any
 from compat.errors import CompatError
 from compat.gate import expect
 from compat.gate.collect import Found, Key, collect, where
-from compat.gate.datasets import layout_outliers, unused_masks
+from compat.gate.datasets import LayoutOutlier, layout_outliers, unused_masks
 from compat.gate.discover import discover
 from compat.gate.options import GateOptions
 from compat.gate.read.files import NOT_DATA, read_file
@@ -90,14 +90,31 @@ def _read_subjects(views: list[FileView], base: Context, contexts: dict[Layout, 
                 yield s.file, s.index, fault, contexts[s.layout]
 
 
-def _dataset_read_subjects(conflicts: tuple[expect.Conflict, ...], samples: list[SampleView], base: Context,
+def _dataset_read_subjects(conflicts: tuple[expect.Conflict, ...], outliers: list[LayoutOutlier], base: Context,
                            contexts: dict[Layout, Context]) -> Subjects:
     """Phase.READ, about datasets: each flag that contradicts data_config.json (keyed to that file), each sample
     whose layout is not its directory's."""
     for c in conflicts:
         yield str(c.path), None, c, base
-    for o in layout_outliers(samples):
+    for o in outliers:
         yield o.view.file, o.view.index, o, contexts[o.view.layout]
+
+
+def _by_layout(exp: expect.Expectations, samples: list[SampleView],
+               misplaced: set[Key]) -> dict[Layout, expect.Expectations]:
+    """Each layout's expectations, what no flag or config states taken from the majority of its samples: a run
+    over two datasets (say EAGLE checkpoints next to vLLM files) must not judge one by the other, nor a dataset
+    by a sample of its layout misplaced among another dataset's."""
+    kept = [s for s in samples if (s.file, s.index) not in misplaced] if misplaced else samples
+    return {layout: expect.fill_from_dataset(exp, [s for s in kept if s.layout is layout]) for layout in Layout}
+
+
+def _header_subjects(samples: list[SampleView], base: Context, contexts: dict[Layout, Context],
+                     misplaced: set[Key]) -> Subjects:
+    """Phase.HEADER: each sample, judged by its layout's expectations; a sample misplaced among another layout's
+    dataset (its ``layout`` finding says so) by what is stated only: no dataset's majority is its own."""
+    for s in samples:
+        yield s.file, s.index, s, base if misplaced and (s.file, s.index) in misplaced else contexts[s.layout]
 
 
 def _dataset_value_subjects(scanned: list[tuple[str, FileValues]], base: Context,
@@ -152,16 +169,15 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
         FailureKind.UNREADABLE, "a link to a directory already walked (a symlink loop, or a second link to the "
         "same directory): not walked again", "SymlinkLoop", fix=NOT_DATA)) for link in found_files.loops]
     samples = [s for view in views for s in view.samples]
-    # What no flag or config states is taken from the majority of samples of the same layout: a run over
-    # two datasets (say EAGLE checkpoints next to vLLM files) must not judge one by the other.
-    by_layout = {layout: expect.fill_from_dataset(exp, [s for s in samples if s.layout is layout])
-                 for layout in Layout}
+    outliers = layout_outliers(samples)
+    misplaced = {(o.view.file, o.view.index) for o in outliers}
+    by_layout = _by_layout(exp, samples, misplaced)
     contexts = {layout: Context(e, options) for layout, e in by_layout.items()}
     base = Context(exp, options)
     found: Found = {}
     _judge(Phase.READ, chain(_read_subjects(views, base, contexts),
-                             _dataset_read_subjects(conflicts, samples, base, contexts)), found)
-    _judge(Phase.HEADER, ((s.file, s.index, s, contexts[s.layout]) for s in samples), found)
+                             _dataset_read_subjects(conflicts, outliers, base, contexts)), found)
+    _judge(Phase.HEADER, _header_subjects(samples, base, contexts, misplaced), found)
     skipped = _judge(Phase.VALUES, chain(_value_subjects(scanned, base, contexts),
                                          _dataset_value_subjects(scanned, base, contexts)), found)
     layouts = Counter(v.samples[0].layout for v in views if v.samples)

@@ -61,7 +61,7 @@ def _outlier(o: LayoutOutlier) -> RuleFinding:
     return RuleFinding(
         f"this sample follows {o.view.layout.value}, but its dataset is {o.layout.value} ({o.count} of the "
         f"{o.total} samples in its directory){trips}",
-        f"re-extract it with the dataset's writer, or move it to a directory of its own",
+        "re-extract it with the dataset's writer, or move it to a directory of its own",
         expected=o.layout.value, found=o.view.layout.value)
 
 
