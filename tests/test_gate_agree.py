@@ -133,27 +133,23 @@ def _speculators_files(directory: Path, n: int, masks: list[torch.Tensor] | None
                           loss_mask=masks[i] if masks else None)
 
 
-def test_a_vllm_dict_among_speculators_samples_fails_every_mode(tmp_path):
-    _speculators_files(tmp_path, 4)
-    # What vLLM's extraction writes, saved with torch.save under the speculators name.
-    torch.save({"hidden_states": torch.stack(layered(8, 16, 2), dim=1), "token_ids": torch.arange(3, 11)},
-               tmp_path / "data_4.pt")
-    for values in (False, True):
-        result = run_gate(GateOptions(paths=(tmp_path,), values=values))
-        assert result.exit_code == 1
-        (f,) = result.failing()
-        assert (f.check, f.symbol) == ("layout", "data_4.pt")
-        assert "follows vllm-safetensors" in f.message and "its dataset is speculators-pt" in f.message
-        assert "4 of the 5 samples" in f.message and "'input_ids'" in f.message
-
-
-def test_two_datasets_of_two_layouts_in_sibling_directories_pass(tmp_path):
+def test_a_vllm_dict_among_speculators_samples_fails_every_mode_two_datasets_in_two_directories_pass(tmp_path):
     _speculators_files(tmp_path / "speculators", 4)
     write_vllm(tmp_path / "vllm" / "hs_0.safetensors", torch.arange(3, 9), layered(6, 16, 3))
     write_eagle(tmp_path / "eagle" / "data_0.ckpt", torch.arange(3, 9), layered(6, 16, 1)[0])
     result = run_gate(GateOptions(paths=(tmp_path,), values=True))
     assert result.exit_code == 0, _failing(result)
     assert dict(result.summary.layouts) == {"speculators-pt": 4, "vllm-safetensors": 1, "eagle": 1}
+    # What vLLM's extraction writes, saved with torch.save under the speculators name, among speculators files.
+    torch.save({"hidden_states": torch.stack(layered(8, 16, 2), dim=1), "token_ids": torch.arange(3, 11)},
+               tmp_path / "speculators" / "data_4.pt")
+    for values in (False, True):
+        result = run_gate(GateOptions(paths=(tmp_path,), values=values))
+        assert result.exit_code == 1
+        (f,) = result.failing()
+        assert (f.check, f.symbol) == ("layout", "speculators/data_4.pt")
+        assert "follows vllm-safetensors" in f.message and "its dataset is speculators-pt" in f.message
+        assert "4 of the 5 samples" in f.message and "'input_ids'" in f.message
 
 
 # Loss masks that train nothing: read with --values, where the mask's values are read anyway.
