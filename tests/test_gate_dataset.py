@@ -193,3 +193,12 @@ def test_repeated_rows_are_counted_across_read_parts(tmp_path, monkeypatch):
     parts = value_stats.scan_file(read_file(str(path)), False).samples[0]
     for v in (whole, parts):
         assert [(s.repeated_rows, s.first_repeated) for s in v.layers] == [(0, None), (1, 4), (0, None)]
+
+
+def test_two_models_datasets_side_by_side_are_not_compared_with_each_other(model, hf, fine_tuned, tmp_path):
+    _dataset(tmp_path / "base", model, hf)
+    _dataset(tmp_path / "tuned", model, fine_tuned)
+    result = run_gate(GateOptions(paths=(tmp_path,), values=True))
+    assert result.exit_code == 0, [f.message for f in result.failing()]
+    assert sorted(result.consistency) == ["base (speculators-pt)", "tuned (speculators-pt)"]
+    assert all(c["shared_prefix"]["samples"] == SAMPLES for c in result.consistency.values())

@@ -170,7 +170,10 @@ def test_layer_ids_order_follows_each_tools_convention(tmp_path):
     write_speculators(tmp_path / "spec" / "data_0.pt", _ids(10), [layers[2], layers[0], layers[1]])
     write_data_config(tmp_path / "spec", [29, 2, 16], H)
     assert _run(tmp_path / "spec", values=True).exit_code == 0
-    assert "layer_order" in _rules(_run(tmp_path / "spec", values=True, layer_ids=(2, 16, 29)))
+    # Ids in another order than data_config.json's judge the samples only when marked as overriding the file.
+    assert "layer_order" in _rules(_run(tmp_path / "spec", values=True, layer_ids=(2, 16, 29),
+                                        override_data_config=True))
+    assert _rules(_run(tmp_path / "spec", values=True, layer_ids=(2, 16, 29))) == {"data_config"}
 
 
 def test_expectations_from_dataset_majority_flag_outliers(tmp_path):

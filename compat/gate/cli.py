@@ -46,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", help="expected dtype of the layers (overrides the model config's)")
     p.add_argument("--layers", type=int, help="expected number of layers per sample")
     p.add_argument("--layer-ids", type=_int_list, help="the layer ids extracted, e.g. 2,16,29,31")
+    p.add_argument("--override-data-config", action="store_true",
+                   help="--hidden-size, --layers and --layer-ids win over a data_config.json beside the files that "
+                        "says otherwise (reported as allowed); without it the file wins and the contradiction fails")
     p.add_argument("--values", action="store_true",
                    help="read tensor values too: finite, no all-zero layer or row, no duplicate layer or row, "
                         "plausible order, and each sample against the rest of its dataset")
@@ -59,7 +62,7 @@ def parser() -> argparse.ArgumentParser:
                                                              "cuda, or auto (CUDA when torch sees a device)")
     p.add_argument("--layer-numbering", default="auto",
                    help="what layer id k means: output (of decoder layer k; speculators), input (state entering "
-                        "layer k; vLLM), auto (by layout; default)")
+                        "layer k; vLLM, EAGLE-3), auto (by layout; default)")
     p.add_argument("--max-rel", type=float, help="reference: largest relative L2 error accepted (default by dtype)")
     p.add_argument("--min-cos", type=float, help="reference: smallest per-token cosine accepted (default by dtype)")
     p.add_argument("--ignore", action="append", default=[], metavar="RULE", help="skip a rule (repeatable)")
@@ -91,7 +94,8 @@ def options_from(args: argparse.Namespace) -> GateOptions:
         raise CompatError(f"--reference {args.reference}: not a model directory (no config.json)")
     return GateOptions(
         paths=tuple(args.paths), layout=layout, model=args.model, hidden_size=args.hidden_size, dtype=args.dtype,
-        layers=args.layers, layer_ids=args.layer_ids, values=args.values,
+        layers=args.layers, layer_ids=args.layer_ids, override_data_config=args.override_data_config,
+        values=args.values,
         nonfinite=_choice(args.nonfinite, NONFINITE_POLICIES, "--nonfinite"), reference=args.reference,
         reference_samples=args.reference_samples,
         reference_device=_choice(args.reference_device, ("cpu", "cuda", "auto"), "--reference-device"),

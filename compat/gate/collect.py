@@ -1,5 +1,7 @@
 """What the rules found, placed in files and samples and made into ``compat.findings.Finding``s, file by file:
-``--ignore``d rules left out, and one ``ok`` finding (probe ``file``) for a file nothing failed."""
+``--ignore``d rules left out, and one ``ok`` finding (probe ``file``) for a file nothing failed. Findings about a
+dataset as a whole (every loss mask all zero, a flag against its ``data_config.json``) are keyed to a path that is
+no file read, its directory or its config, and come first."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from compat.gate.rules.rule import RuleFinding
 from compat.report.escaping import escaped
 
 Key = tuple[str, int | None]
-"""A file (index None) or a sample of a list file (its index)."""
+"""A file (index None), a sample of a list file (its index), or a dataset (its directory or its
+``data_config.json``, index None)."""
 Found = dict[Key, list[tuple[str, RuleFinding]]]
 """Per file or sample, (rule name, finding) in the order the rules ran."""
 
@@ -29,8 +32,10 @@ def _named(rel: str, index: int | None) -> tuple[str, str]:
 def _relative(root: Path | str, sample_file: str) -> str:
     """``sample_file`` relative to ``root``, on one line and printable: control characters (a newline is a legal
     file name character) and the bytes of a name that is not UTF-8 as ``\\xNN``."""
-    prefix = str(root).rstrip(os.sep) + os.sep
-    return escaped(sample_file[len(prefix):] if sample_file.startswith(prefix) else sample_file)
+    top = str(root).rstrip(os.sep)
+    prefix = top + os.sep
+    return escaped(sample_file[len(prefix):] if sample_file.startswith(prefix) else
+                   "." if sample_file == top else sample_file)
 
 
 MESSAGE_LIMIT = 2000
@@ -55,9 +60,11 @@ def _finding(root: str, key: Key, rule: str, f: RuleFinding) -> Finding:
 
 
 def collect(views: list[FileView], found: Found, ignore: frozenset[str], root: Path) -> list[Finding]:
-    """Every file's findings, the file's own first, then each sample's of a list file."""
-    findings: list[Finding] = []
+    """Every dataset's findings, then every file's: the file's own first, then each sample's of a list file."""
     top = str(root)  # a str: where() would convert a Path for every finding
+    files = {view.path for view in views}
+    datasets = sorted((key for key in found if key[0] not in files), key=lambda key: key[0])
+    findings = [_finding(top, key, rule, f) for key in datasets for rule, f in found[key] if rule not in ignore]
     for view in views:
         keys = [(view.path, None)] + [(view.path, s.index) for s in view.samples if s.index is not None]
         shown = [_finding(top, key, rule, f) for key in keys for rule, f in found.get(key, ()) if rule not in ignore]

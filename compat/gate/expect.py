@@ -3,6 +3,10 @@
 Sources, strongest first: command-line flags; the model's ``config.json`` (``--model``, else
 ``--reference``); speculators' ``data_config.json`` beside the files. What none of them states is taken
 from the dataset itself (what most samples of a layout have: ``fill_from_dataset``) before the rules run.
+
+A flag that contradicts ``data_config.json`` is a ``Conflict``: the file wrote the data, so the file wins and
+the conflict fails the run, unless ``--override-data-config`` says the flags are right (a file copied from
+another run); then the flag wins and the conflict is reported as allowed.
 """
 
 from __future__ import annotations
@@ -120,13 +124,59 @@ def read_data_config(path: Path) -> DataConfig:
         raise CompatError(f"{path}: unreadable speculators data_config.json ({type(exc).__name__}: {exc})") from exc
 
 
+@dataclass(frozen=True)
+class Conflict:
+    """A flag that says otherwise than ``data_config.json``: both sides, and which one the run went by."""
+
+    flag: Expected
+    """The flag's value; its source is the flag (``--layer-ids``)."""
+    config: Expected
+    """What ``data_config.json`` states; its source names the key and the file."""
+    path: Path
+    """The ``data_config.json``: a finding about the dataset is keyed to it."""
+    overridden: bool
+    """``--override-data-config``: the flag won."""
+
+
+def _against_config(flag: str, value: Any, config_value: Any, key: str, data_config: DataConfig | None,
+                    override: bool, conflicts: list[Conflict]) -> Expected | None:
+    """What a flag states, unless ``data_config.json`` states otherwise and is not overridden: then the file's
+    value; either way the disagreement is added to ``conflicts``."""
+    if value is None:
+        return None
+    if data_config is None or config_value is None or value == config_value:
+        return Expected(value, flag)
+    shown = list(config_value) if isinstance(config_value, tuple) else config_value
+    config = Expected(config_value, f"{key} {shown} in {data_config.path}")
+    conflicts.append(Conflict(Expected(value, flag), config, data_config.path, override))
+    if not override:
+        return Expected(config_value, f"{key} in {data_config.path}")
+    return Expected(value, f"{flag}, overriding {config.source} (--override-data-config)")
+
+
 def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: int | None = None,
           layer_ids: tuple[int, ...] | None = None, model: ModelInfo | None = None,
-          data_config: DataConfig | None = None) -> Expectations:
-    """Combine flags, model config and data_config.json; conflicting flags raise CompatError."""
+          data_config: DataConfig | None = None,
+          override_data_config: bool = False) -> tuple[Expectations, tuple[Conflict, ...]]:
+    """Combine flags, model config and data_config.json, and say where a flag contradicts data_config.json;
+    flags that contradict each other raise CompatError."""
+    if layers is not None and layer_ids is not None and len(layer_ids) != layers:
+        raise CompatError(f"--layers {layers} contradicts --layer-ids (which names {len(layer_ids)})")
+    conflicts: list[Conflict] = []
+    dc = data_config
+    stated_hidden = _against_config("--hidden-size", hidden_size, dc.hidden_size if dc else None,
+                                    "model.hidden_size", dc, override_data_config, conflicts)
+    stated_ids = _against_config("--layer-ids", tuple(layer_ids) if layer_ids is not None else None,
+                                 dc.layer_ids if dc else None, "hidden_states.layer_ids", dc, override_data_config,
+                                 conflicts)
+    if layer_ids is None:
+        stated_layers = _against_config("--layers", layers, len(dc.layer_ids) if dc and dc.layer_ids else None,
+                                        "the count of hidden_states.layer_ids", dc, override_data_config, conflicts)
+    else:  # --layers, if given, agrees with --layer-ids: the count follows the ids that won
+        stated_layers = None
     out: dict[str, Any] = {}
-    if hidden_size is not None:
-        out["hidden_size"] = Expected(hidden_size, "--hidden-size")
+    if stated_hidden is not None:
+        out["hidden_size"] = stated_hidden
     elif model is not None and model.hidden_size:
         out["hidden_size"] = Expected(int(model.hidden_size), f"hidden_size in {model.path}")
     elif data_config is not None and data_config.hidden_size:
@@ -135,14 +185,12 @@ def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: i
         out["dtype"] = Expected(canonical_dtype(dtype), "--dtype")
     elif model is not None and model.dtype:
         out["dtype"] = Expected(model.dtype, f"dtype in {model.path}")
-    if layer_ids is not None:
-        out["layer_ids"] = Expected(tuple(layer_ids), "--layer-ids")
+    if stated_ids is not None:
+        out["layer_ids"] = stated_ids
     elif data_config is not None and data_config.layer_ids:
         out["layer_ids"] = Expected(data_config.layer_ids, f"hidden_states.layer_ids in {data_config.path}")
-    if layers is not None:
-        if layer_ids is not None and len(layer_ids) != layers:
-            raise CompatError(f"--layers {layers} contradicts --layer-ids (which names {len(layer_ids)})")
-        out["layers"] = Expected(layers, "--layers")
+    if stated_layers is not None:
+        out["layers"] = stated_layers
     elif "layer_ids" in out:
         ids = out["layer_ids"]
         out["layers"] = Expected(len(ids.value), ids.source)
@@ -153,7 +201,7 @@ def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: i
         if bad:
             raise CompatError(f"layer ids {bad} ({out['layer_ids'].source}) are outside the model's "
                               f"{model.num_layers} decoder layers")
-    return Expectations(**out)
+    return Expectations(**out), tuple(conflicts)
 
 
 def _majority(values: list, label: str) -> Expected | None:

@@ -18,6 +18,8 @@ class GateOptions:
     dtype: str | None = None
     layers: int | None = None
     layer_ids: tuple[int, ...] | None = None
+    override_data_config: bool = False
+    """Flags that contradict data_config.json win (without it the file wins and the contradiction fails)."""
     values: bool = False
     nonfinite: str = "fail"
     reference: Path | None = None
@@ -32,6 +34,7 @@ class GateOptions:
     def as_dict(self) -> dict[str, Any]:
         """The report's ``options`` (schema ``compat.gate/1``)."""
         return {"layout": self.layout.value if self.layout else "auto", "values": self.values,
+                "override_data_config": self.override_data_config,
                 "nonfinite": self.nonfinite, "reference": str(self.reference) if self.reference else None,
                 "reference_samples": self.reference_samples,
                 "reference_device": self.reference_device, "layer_numbering": self.layer_numbering,

@@ -4,7 +4,11 @@ every residual-stream state (the ``reference`` rule, ``compat.gate.rules.referen
 Layer numbering, stated because the two pipelines differ by one:
 
 - speculators (``layer_ids=k``, layout ``speculators-pt``): the OUTPUT of decoder layer ``k``;
-- vLLM (``eagle_aux_hidden_state_layer_ids=k``, layout ``vllm-safetensors``): the state ENTERING layer ``k``.
+- vLLM (``eagle_aux_hidden_state_layer_ids=k``, layout ``vllm-safetensors``): the state ENTERING layer ``k``;
+- EAGLE-3 (layout ``eagle``): the state ENTERING layer ``k`` too. EAGLE's own training data
+  (SafeAILab/EAGLE ``eagle/traineagle3/modeling_llama_kv.py``, ``LlamaModel.forward``) keeps ``hidden_states``
+  before calling decoder layer ``idx`` for ``idx`` in ``(2, L // 2, L - 3)``: HF's ``hidden_states[idx]``, the
+  numbering and default layers vLLM's ``eagle_aux_hidden_state_layer_ids`` took from it.
 
 The reference runs the model in float32 with hooks on the decoder layers and indexes the residual stream
 as states ``s_0`` (embeddings, entering layer 0) .. ``s_n`` (output of the last layer, before the final
@@ -239,7 +243,7 @@ def _expected_states(view: SampleView, exp: Expectations, numbering: str) -> lis
     eagle_final = view.layout is Layout.EAGLE and len(view.layers) == 1 and view.layers[0].columns is None
     out: list[int | str | None] = []
     for slot, t in enumerate(view.layers):
-        if t.key == "target" or (eagle_final and slot == 0 and ids is None):
+        if t.key == "target" or eagle_final:
             out.append("final_norm")
         elif ids is not None and slot < len(ids):
             out.append(ids[slot] + 1 if numbering == "output" else ids[slot])
@@ -251,11 +255,12 @@ def _expected_states(view: SampleView, exp: Expectations, numbering: str) -> lis
 def resolve_numbering(requested: str, layout: Layout) -> str:
     if requested != "auto":
         return requested
-    return {Layout.SPECULATORS_PT: "output", Layout.VLLM_SAFETENSORS: "input"}.get(layout, "infer")
+    return {Layout.SPECULATORS_PT: "output", Layout.VLLM_SAFETENSORS: "input", Layout.EAGLE: "input"}[layout]
 
 
 _NUMBERING_TEXT = {"output": "layer id k = output of decoder layer k (speculators' layer_ids)",
-                   "input": "layer id k = state entering decoder layer k (vLLM's eagle_aux_hidden_state_layer_ids)",
+                   "input": "layer id k = state entering decoder layer k (vLLM's eagle_aux_hidden_state_layer_ids; "
+                            "EAGLE-3's hidden_states[k])",
                    "infer": "no layer ids: each stored layer is matched to the closest residual-stream state"}
 
 

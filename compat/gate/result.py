@@ -4,15 +4,15 @@ JSON schema ``compat.gate/1`` (``as_json``)::
 
     {"schema": "compat.gate/1", "generated_by": "compat X.Y.Z",
      "paths": [str], "source_root": str,
-     "options": {"layout", "values", "nonfinite", "reference", "reference_samples", "reference_device",
-                 "layer_numbering",
+     "options": {"layout", "values", "override_data_config", "nonfinite", "reference", "reference_samples",
+                 "reference_device", "layer_numbering",
                  "ignore", "strict"},
      "expected": {"hidden_size" | "dtype" | "layers" | "layer_ids" | "vocab_size": {"value", "source"} | null},
      "summary": {"files", "samples", "tokens", "bytes", "value_bytes", "seconds",
                  "layouts": {layout: files}, "failures_by_rule": {rule: n},
                  "skipped_samples": [location], "ok", "broken", "changed", "unknown", "error", "allowed",
                  "exit_code", "strict"},
-     "consistency": null | {layout: {"samples", "outliers",
+     "consistency": null | {"directory (layout)": {"samples", "outliers",
                  "shared_prefix": {"groups", "samples", "note"}, "scale": {"samples", "note"}}},
      "reference": null | {"model", "numbering", "recomputed", "candidates",
                  "picked": [{"sample", "why"}],
@@ -68,7 +68,8 @@ class GateResult(Verdict):
     notes: tuple[str, ...] = ()
     strict: bool = False
     consistency: dict[str, Any] | None = None
-    """Per layout, what the dataset comparison ran (``compat.gate.consistency``); None without --values."""
+    """Per dataset (``"directory (layout)"``), what the dataset comparison ran (``compat.gate.consistency``); None
+    without --values."""
 
     tool = "compat.gate"
 
@@ -93,8 +94,8 @@ class GateResult(Verdict):
             if value is not None:
                 shown = list(value.value) if isinstance(value.value, tuple) else value.value
                 facts.append((label, f"{shown} ({value.source})"))
-        for layout, c in (self.consistency or {}).items():
-            facts.append(("compared", _compared(layout, c)))
+        for dataset, c in (self.consistency or {}).items():
+            facts.append(("compared", _compared(dataset, c)))
         if self.reference:
             ref = self.reference
             facts.append(("reference", f"{ref['model']}: {ref['numbering']}"))
@@ -127,13 +128,13 @@ class GateResult(Verdict):
         }
 
 
-def _compared(layout: str, c: dict[str, Any]) -> str:
-    """What the dataset comparison of one layout's samples covered."""
+def _compared(dataset: str, c: dict[str, Any]) -> str:
+    """What the dataset comparison of one dataset's samples covered."""
     prefix, scale = c["shared_prefix"], c["scale"]
     shared = (f"{prefix['samples']} share first tokens with others ({prefix['groups']} groups)" if not prefix["note"]
               else f"shared first tokens {prefix['note']}")
     scaled = f"{scale['samples']} compared by scale" if not scale["note"] else f"scale {scale['note']}"
-    return (f"{layout}: {c['samples']} samples with the rest of the dataset: {shared}; {scaled}; "
+    return (f"{dataset}: {c['samples']} samples with the rest of the dataset: {shared}; {scaled}; "
             f"{c['outliers']} outliers")
 
 

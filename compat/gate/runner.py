@@ -13,10 +13,12 @@ opens data files read-only and never modifies, moves or deletes them.
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +27,12 @@ from compat.findings import Status
 from compat.gate import expect
 from compat.gate.collect import Found, Key, collect, where
 from compat.gate.consistency import Standing, compare_samples
+from compat.gate.datasets import LayoutOutlier, layout_outliers, unused_masks
 from compat.gate.discover import discover
 from compat.gate.options import GateOptions
 from compat.gate.read.files import NOT_DATA, read_file
 from compat.gate.read.layouts import Layout
-from compat.gate.read.views import FailureKind, FileView, ReadFailure
+from compat.gate.read.views import FailureKind, FileView, ReadFailure, SampleView
 from compat.gate.recompute import recompute
 from compat.gate.result import GateResult, GateSummary
 from compat.gate.rules import RULES, STRUCTURAL, checks
@@ -57,13 +60,15 @@ def run_gate(options: GateOptions, progress: Progress | None = None) -> GateResu
             gc.enable()
 
 
-def _expectations(options: GateOptions, data_config: Path | None) -> expect.Expectations:
+def _expectations(options: GateOptions,
+                  data_config: Path | None) -> tuple[expect.Expectations, tuple[expect.Conflict, ...]]:
     model = expect.read_model_config(options.model) if options.model else None
     if model is None and options.reference is not None:
         model = expect.read_model_config(options.reference)
     dc = expect.read_data_config(data_config) if data_config else None
     return expect.build(hidden_size=options.hidden_size, dtype=options.dtype, layers=options.layers,
-                        layer_ids=options.layer_ids, model=model, data_config=dc)
+                        layer_ids=options.layer_ids, model=model, data_config=dc,
+                        override_data_config=options.override_data_config)
 
 
 def _judge(phase: Phase, subjects: Subjects, found: Found) -> list[Key]:
@@ -92,6 +97,43 @@ def _read_subjects(views: list[FileView], base: Context, contexts: dict[Layout, 
                 yield s.file, s.index, fault, contexts[s.layout]
 
 
+def _dataset_read_subjects(conflicts: tuple[expect.Conflict, ...], outliers: list[LayoutOutlier], base: Context,
+                           contexts: dict[Layout, Context]) -> Subjects:
+    """Phase.READ, about datasets: each flag that contradicts data_config.json (keyed to that file), each sample
+    whose layout is not its directory's."""
+    for c in conflicts:
+        yield str(c.path), None, c, base
+    for o in outliers:
+        yield o.view.file, o.view.index, o, contexts[o.view.layout]
+
+
+def _by_layout(exp: expect.Expectations, samples: list[SampleView],
+               misplaced: set[Key]) -> dict[Layout, expect.Expectations]:
+    """Each layout's expectations, what no flag or config states taken from the majority of its samples: a run
+    over two datasets (say EAGLE checkpoints next to vLLM files) must not judge one by the other, nor a dataset
+    by a sample of its layout misplaced among another dataset's."""
+    kept = [s for s in samples if (s.file, s.index) not in misplaced] if misplaced else samples
+    return {layout: expect.fill_from_dataset(exp, [s for s in kept if s.layout is layout]) for layout in Layout}
+
+
+def _header_subjects(samples: list[SampleView], base: Context, contexts: dict[Layout, Context],
+                     misplaced: set[Key]) -> Subjects:
+    """Phase.HEADER: each sample, judged by its layout's expectations; a sample misplaced among another layout's
+    dataset (its ``layout`` finding says so) by what is stated only: no dataset's majority is its own."""
+    for s in samples:
+        yield s.file, s.index, s, base if misplaced and (s.file, s.index) in misplaced else contexts[s.layout]
+
+
+def _dataset_value_subjects(scanned: list[tuple[str, FileValues]], base: Context,
+                            contexts: dict[Layout, Context]) -> Subjects:
+    """Phase.VALUES, about datasets: all-zero loss masks, a sample's, or its directory's when every one is."""
+    for u in unused_masks(v for _, values in scanned for v in values.samples):
+        if u.view is None:
+            yield u.dataset, None, u, base
+        else:
+            yield u.view.file, u.view.index, u, contexts[u.view.layout]
+
+
 def _value_subjects(scanned: list[tuple[str, FileValues]], base: Context,
                     contexts: dict[Layout, Context]) -> Subjects:
     """Phase.VALUES: each measured sample, then its file's failure to read values, if any."""
@@ -107,19 +149,21 @@ def measures_values(options: GateOptions) -> bool:
     return options.values or options.reference is not None
 
 
-def _dataset_subjects(scanned: list[tuple[str, FileValues]], found: Found,
-                      contexts: dict[Layout, Context]) -> tuple[Subjects, dict[Key, Standing], dict]:
-    """Phase.DATASET: each measured sample nothing has failed yet, against the others of its layout."""
-    measured = [v for _, values in scanned for v in values.samples
-                if (v.view.file, v.view.index) not in found and (v.view.file, None) not in found]
+def _dataset_subjects(scanned: list[tuple[str, FileValues]], found: Found, contexts: dict[Layout, Context],
+                      root: Path) -> tuple[Subjects, dict[Key, Standing], dict]:
+    """Phase.DATASET: each measured sample nothing has failed yet, against the others of its dataset (the samples
+    of its layout in its directory: two models' datasets side by side are not compared with each other)."""
+    datasets: dict[tuple[str, Layout], list] = {}
+    for _, values in scanned:
+        for v in values.samples:
+            if (v.view.file, v.view.index) not in found and (v.view.file, None) not in found:
+                datasets.setdefault((os.path.dirname(v.view.file), v.view.layout), []).append(v)
     standings: dict[Key, Standing] = {}
     summaries = {}
-    for layout in Layout:
-        of_layout = [v for v in measured if v.view.layout is layout]
-        if of_layout:
-            run = compare_samples(of_layout)
-            summaries[layout.value] = run.summary
-            standings.update(((s.values.view.file, s.values.view.index), s) for s in run.standings)
+    for (directory, layout), members in datasets.items():
+        run = compare_samples(members)
+        summaries[f"{where(root, directory, None)[0]} ({layout.value})"] = run.summary
+        standings.update(((s.values.view.file, s.values.view.index), s) for s in run.standings)
     subjects = [(key[0], key[1], s, contexts[s.values.view.layout]) for key, s in standings.items()]
     return subjects, standings, summaries
 
@@ -160,23 +204,24 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     started = time.perf_counter()
     found_files = discover(options.paths)
     root, data_config = found_files.root, found_files.data_config
-    exp = _expectations(options, data_config)
+    exp, conflicts = _expectations(options, data_config)
     views, scanned = _read(found_files.files, options, exp, progress)
     views += [FileView(link, 0, failure=ReadFailure(
         FailureKind.UNREADABLE, "a link to a directory already walked (a symlink loop, or a second link to the "
         "same directory): not walked again", "SymlinkLoop", fix=NOT_DATA)) for link in found_files.loops]
     samples = [s for view in views for s in view.samples]
-    # What no flag or config states is taken from the majority of samples of the same layout: a run over
-    # two datasets (say EAGLE checkpoints next to vLLM files) must not judge one by the other.
-    by_layout = {layout: expect.fill_from_dataset(exp, [s for s in samples if s.layout is layout])
-                 for layout in Layout}
+    outliers = layout_outliers(samples)
+    misplaced = {(o.view.file, o.view.index) for o in outliers}
+    by_layout = _by_layout(exp, samples, misplaced)
     contexts = {layout: Context(e, options) for layout, e in by_layout.items()}
     base = Context(exp, options)
     found: Found = {}
-    _judge(Phase.READ, _read_subjects(views, base, contexts), found)
-    _judge(Phase.HEADER, ((s.file, s.index, s, contexts[s.layout]) for s in samples), found)
-    skipped = _judge(Phase.VALUES, _value_subjects(scanned, base, contexts), found)
-    subjects, standings, consistency = _dataset_subjects(scanned, found, contexts)
+    _judge(Phase.READ, chain(_read_subjects(views, base, contexts),
+                             _dataset_read_subjects(conflicts, outliers, base, contexts)), found)
+    _judge(Phase.HEADER, _header_subjects(samples, base, contexts, misplaced), found)
+    skipped = _judge(Phase.VALUES, chain(_value_subjects(scanned, base, contexts),
+                                         _dataset_value_subjects(scanned, base, contexts)), found)
+    subjects, standings, consistency = _dataset_subjects(scanned, found, contexts, root)
     _judge(Phase.DATASET, subjects, found)
     layouts = Counter(v.samples[0].layout for v in views if v.samples)
     shown_layout = layouts.most_common(1)[0][0] if layouts else None

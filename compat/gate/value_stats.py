@@ -59,6 +59,8 @@ class SampleValues:
     """Smallest and largest token id (measured only when a vocabulary is known to check them against)."""
     mask_values: tuple = ()
     """Loss-mask values other than 0 and 1, sorted."""
+    mask_all_zero: bool | None = None
+    """Every loss-mask entry is 0 (None: no mask, or an empty one)."""
     bytes_read: int = 0
     prefix: Prefix | None = None
     """The first rows, for the comparison with the other samples that start with the same tokens."""
@@ -205,9 +207,13 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     id_range = (int(ids.min()), int(ids.max())) if token_range and ids.numel() else None
     mask = st.loss_mask()
     odd: tuple = ()
+    all_zero = None
     if mask is not None and mask.numel():
-        odd = tuple(sorted(set(mask.unique().tolist()) - {0, 1}))  # bools compare equal to 0 and 1
-    return SampleValues(view, tuple(stats), identical, id_range, odd, read, _prefix(st, ids, n, hidden, plan))
+        present = set(mask.unique().tolist())
+        odd = tuple(sorted(present - {0, 1}))  # bools compare equal to 0 and 1
+        all_zero = present == {0}
+    return SampleValues(view, tuple(stats), identical, id_range, odd, all_zero, read,
+                        _prefix(st, ids, n, hidden, plan))
 
 
 def _repeated(x, sums, start: int, lo: int, stats: list[LayerStats], judged, last_rows: dict) -> None:

@@ -1,6 +1,7 @@
 """The gate's rules: each one ``Rule`` value (``compat.gate.rules.rule``) in the module of its phase.
 
-``RULES`` (name -> Rule, in this order) is collected from ``reading``, ``header``, ``values``, ``dataset``
+``RULES`` (name -> Rule, in this order) is collected from ``reading``, ``data_config``, ``header``, ``values``,
+``dataset``
 and ``reference``, each in the order its rules are defined; ``--list-rules``, ``--ignore`` and ``STRUCTURAL``
 derive from it. Adding a rule is defining one ``Rule`` in one of those modules.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from compat.gate.rules import dataset, header, reading, reference, values
+from compat.gate.rules import data_config, dataset, header, reading, reference, values
 from compat.gate.rules.rule import Check, Phase, Rule
 
 
@@ -21,7 +22,7 @@ def _defined(*modules: ModuleType) -> dict[str, Rule]:
     return rules
 
 
-RULES: dict[str, Rule] = _defined(reading, header, values, dataset, reference)
+RULES: dict[str, Rule] = _defined(reading, data_config, header, values, dataset, reference)
 STRUCTURAL = frozenset(name for name, rule in RULES.items() if rule.structural)
 """Rules whose failure means a sample cannot be compared row by row (``--reference`` skips it)."""
 

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from compat.findings import Status
+from compat.gate.datasets import UnusedMasks
 from compat.gate.read.layouts import Layout
 from compat.gate.read.tensors import FLOATS, INTEGERS, shape_text
 from compat.gate.read.views import EntryFault, SampleView
@@ -213,11 +214,23 @@ def _loss_mask(s: SampleView, _ctx: Context) -> Sequence[RuleFinding]:
 
 
 def _mask_values(v: ValueSubject, _ctx: Context) -> Sequence[RuleFinding]:
+    if isinstance(v, UnusedMasks):
+        return [_unused(v)]
     if not isinstance(v, SampleValues) or not v.mask_values:
         return ()
     return [RuleFinding(f"loss_mask holds values other than 0 and 1: {list(v.mask_values[:5])}", "store a 0/1 mask")]
 
 
+def _unused(u: UnusedMasks) -> RuleFinding:
+    fix = "build the mask from the assistant turns (1 where the model should learn), not from the prompt alone"
+    if u.view is None:
+        return RuleFinding(f"every loss_mask is all zero ({u.zero} of {u.measured} samples): nothing in this "
+                           "dataset would be trained", fix, expected="some 1s in the masks", found="all zero")
+    return RuleFinding(f"loss_mask is all zero: none of its {u.view.tokens} tokens would be trained ({u.zero} of "
+                       f"{u.measured} masks in its directory are)", fix, expected="some 1s", found="all zero")
+
+
 LOSS_MASK = Rule(
-    "loss_mask", "loss_mask is 1-D, integer or bool, one entry per token (--values: only 0 and 1)",
+    "loss_mask", "loss_mask is 1-D, integer or bool, one entry per token (--values: only 0 and 1, not all 0; "
+                 "all 0 in every sample of a directory: one finding for the dataset)",
     Phase.HEADER, _loss_mask, also={Phase.READ: _mask_entry, Phase.VALUES: _mask_values})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from compat.gate.datasets import LayoutOutlier
+from compat.gate.read.layouts import Layout
 from compat.gate.read.views import EntryFault, FailureKind, ReadFailure
 from compat.gate.rules.rule import Context, Phase, ReadSubject, Rule, RuleFinding, ValueSubject
 
@@ -42,9 +44,28 @@ def _layout(subject: ReadSubject, _ctx: Context) -> Sequence[RuleFinding]:
         return [RuleFinding(f"{subject.message} [{subject.error_type}]",
                             "pass the right --layout, or re-extract with a supported writer",
                             found=subject.error_type, traceback=subject.traceback)]
-    return [RuleFinding(subject.message, subject.fix)] if layout_fault(subject) else ()
+    if isinstance(subject, LayoutOutlier):
+        return [_outlier(subject)]
+    if isinstance(subject, EntryFault) and layout_fault(subject):
+        return [RuleFinding(subject.message, subject.fix)]
+    return ()
+
+
+def _keys(layout: Layout) -> set[str]:
+    return {layout.ids_key, layout.layers_key}
+
+
+def _outlier(o: LayoutOutlier) -> RuleFinding:
+    missing = sorted(_keys(o.layout) - _keys(o.view.layout))
+    trips = f"; a {o.layout.value} loader finds no {', '.join(map(repr, missing))} in it" if missing else ""
+    return RuleFinding(
+        f"this sample follows {o.view.layout.value}, but its dataset is {o.layout.value} ({o.count} of the "
+        f"{o.total} samples in its directory){trips}",
+        "re-extract it with the dataset's writer, or move it to a directory of its own",
+        expected=o.layout.value, found=o.view.layout.value)
 
 
 LAYOUT = Rule(
-    "layout", "the file follows a known layout (or the one --layout names): its keys and their types",
+    "layout", "the file follows a known layout (or the one --layout names): its keys and their types; and the "
+              "layout of most samples in its directory (two datasets need two directories)",
     Phase.READ, _layout, structural=True)

@@ -35,9 +35,10 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
     expected = f"states [{some([str(m.state) for m in layers])}]"
     if problems:
         hint = ""
-        if not c.inferred and all(
-                m.best_state is not None and isinstance(m.state, int)
-                and m.best_state == m.state + (1 if c.numbering == "input" else -1) for m in layers):
+        numbered = [m for m in layers if isinstance(m.state, int)]  # not EAGLE's final states, which have no id
+        if not c.inferred and len(numbered) == len(problems) and all(
+                m.best_state is not None and m.best_state == m.state + (1 if c.numbering == "input" else -1)
+                for m in numbered):
             other = "output" if c.numbering == "input" else "input"
             hint = f" All layers are off by one: the file follows --layer-numbering {other}."
         return [RuleFinding(f"{len(problems)} of {len(layers)} layers differ from HF transformers: "

@@ -5,10 +5,13 @@ A check is a function ``(subject, context) -> Sequence[RuleFinding]``: empty whe
 subject depends on the phase it runs in:
 
 - ``Phase.READ``: each thing reading could not make sense of: a file's ``ReadFailure`` or a sample's
-  ``EntryFault`` (``compat.gate.read.views``);
+  ``EntryFault`` (``compat.gate.read.views``), a sample whose layout is not its dataset's
+  (``compat.gate.datasets.LayoutOutlier``), and each flag that contradicts ``data_config.json``
+  (``compat.gate.expect.Conflict``, keyed to that file);
 - ``Phase.HEADER``: each ``SampleView``: shapes and dtypes from the headers alone (every run);
 - ``Phase.VALUES`` (``--values``): each sound sample's ``SampleValues`` (``compat.gate.value_stats``), or a
-  file's ``ReadFailure`` when its tensor values could not be read;
+  file's ``ReadFailure`` when its tensor values could not be read; then the all-zero loss masks, a sample's or
+  a whole dataset's (``compat.gate.datasets.UnusedMasks``);
 - ``Phase.DATASET`` (``--values``, ``--reference``): each measured sample's ``Standing`` among the samples of
   its dataset (``compat.gate.consistency``);
 - ``Phase.REFERENCE`` (``--reference``): each recomputed sample's ``Comparison`` or ``ComparisonError``
@@ -26,7 +29,8 @@ from typing import Any
 
 from compat.findings import Status
 from compat.gate.consistency import Standing
-from compat.gate.expect import Expectations
+from compat.gate.datasets import LayoutOutlier, UnusedMasks
+from compat.gate.expect import Conflict, Expectations
 from compat.gate.options import GateOptions
 from compat.gate.pairing import Pairing
 from compat.gate.read.views import EntryFault, ReadFailure
@@ -71,8 +75,8 @@ class Context:
     options: GateOptions
 
 
-ReadSubject = ReadFailure | EntryFault
-ValueSubject = SampleValues | ReadFailure
+ReadSubject = ReadFailure | EntryFault | LayoutOutlier | Conflict
+ValueSubject = SampleValues | ReadFailure | UnusedMasks
 DatasetSubject = Standing
 ReferenceSubject = Comparison | ComparisonError | Pairing
 Check = Callable[[Any, Context], Sequence[RuleFinding]]

@@ -1,0 +1,35 @@
+"""The ``data_config`` rule: the flags agree with speculators' ``data_config.json`` beside the files.
+
+The file was written by the run that wrote the data, so a flag that says otherwise is more likely wrong than the
+file (ids copied from another model's run); the file wins and the disagreement fails. ``--override-data-config``
+says the flags are right: they win, and the disagreement is reported as allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from compat.gate.expect import Conflict
+from compat.gate.rules.rule import Context, Phase, ReadSubject, Rule, RuleFinding
+
+
+def _shown(value) -> str:
+    return str(list(value)) if isinstance(value, tuple) else str(value)
+
+
+def _data_config(c: ReadSubject, _ctx: Context) -> Sequence[RuleFinding]:
+    if not isinstance(c, Conflict):
+        return ()
+    flag, config = f"{c.flag.source} {_shown(c.flag.value)}", f"{c.config.source}"
+    if c.overridden:
+        return [RuleFinding(f"{flag} overrides {config}: the samples are judged by the flag", expected=config,
+                            found=flag, allowed="--override-data-config: the flags win over data_config.json")]
+    return [RuleFinding(f"{flag} contradicts {config}: the samples are judged by data_config.json",
+                        f"drop {c.flag.source}, correct the data_config.json, or pass --override-data-config if the "
+                        "file is the one that is wrong", expected=config, found=flag)]
+
+
+DATA_CONFIG = Rule(
+    "data_config", "--hidden-size, --layers and --layer-ids agree with data_config.json beside the files (the file "
+                   "wins; --override-data-config: the flags win, reported as allowed)",
+    Phase.READ, _data_config)
