@@ -9,7 +9,7 @@ import traceback
 
 from compat.gate.read.layouts import Layout
 from compat.gate.read.safetensors_header import HeaderError, read_header
-from compat.gate.read.samples import LayoutMismatch, missing_tensors_sample, sample_from_object, stacked_sample
+from compat.gate.read.samples import LayoutMismatch, missing_tensors_sample, names, sample_from_object, stacked_sample
 from compat.gate.read.torch_load import load_error, load_structure
 from compat.gate.read.views import FailureKind, FileView, ReadFailure
 from compat.gate.read.zip_archive import FormatError
@@ -79,7 +79,7 @@ def read_safetensors(path: str, forced: Layout | None) -> FileView:
     if layout is not Layout.VLLM_SAFETENSORS:
         return FileView(path, header.file_size, failure=ReadFailure(
             FailureKind.LAYOUT_MISMATCH, f"--layout {layout.value} reads torch.save files; this is a safetensors "
-            f"file with tensors {', '.join(sorted(tensors)) or '(none)'}", LayoutMismatch.__name__))
+            f"file with tensors {names(tensors) or '(none)'}", LayoutMismatch.__name__))
     hs, ids = tensors.get("hidden_states"), tensors.get("token_ids")
     if hs is None or ids is None:
         return FileView(path, header.file_size, (missing_tensors_sample(path, tensors),))
