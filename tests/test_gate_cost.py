@@ -63,3 +63,51 @@ def test_running_out_of_memory_on_a_header_is_said_so_not_called_deep_nesting(tm
     with pytest.raises(HeaderError) as caught:
         read_header(path)
     assert "memory" in str(caught.value) and "deeper" not in str(caught.value), str(caught.value)
+
+
+H, LAYERS = 4096, 4
+
+
+def large_samples(directory: Path, tokens: int) -> int:
+    """A vLLM safetensors sample ([T, 4, H] bf16, a sparse file) and a speculators ``.pt`` sample (four
+    [T, H] bf16 layers, ``torch.save``) of ``tokens`` tokens, each layer zeros but for one value of its own (so
+    no two layers are alike and none is all zeros); the bytes their layers hold, together."""
+    import torch
+
+    directory.mkdir()
+    layer_bytes = tokens * H * 2
+    header = json.dumps({"hidden_states": {"dtype": "BF16", "shape": [tokens, LAYERS, H],
+                                           "data_offsets": [0, LAYERS * layer_bytes]},
+                         "token_ids": {"dtype": "I64", "shape": [tokens],
+                                       "data_offsets": [LAYERS * layer_bytes, LAYERS * layer_bytes + 8 * tokens]}})
+    path = directory / "hs_0.safetensors"
+    start = 8 + len(header)
+    with path.open("wb") as out:
+        out.write(len(header).to_bytes(8, "little") + header.encode())
+        for layer in range(LAYERS):  # row `layer`, layer `layer`, column 0: 1.0 in bf16
+            out.seek(start + (layer * LAYERS + layer) * H * 2)
+            out.write(b"\x80\x3f")
+        out.seek(start + LAYERS * layer_bytes)
+        out.write(torch.arange(tokens, dtype=torch.int64).numpy().tobytes())
+    layers = [torch.zeros(tokens, H, dtype=torch.bfloat16) for _ in range(LAYERS)]
+    for k, layer in enumerate(layers):
+        layer[k, 0] = 1.0
+    torch.save({"input_ids": torch.arange(tokens), "hidden_states": layers,
+                "loss_mask": torch.ones(tokens, dtype=torch.long)}, directory / "data_0.pt")
+    return 2 * LAYERS * layer_bytes
+
+
+def test_values_of_samples_larger_than_the_address_space_left_are_read_one_chunk_at_a_time(tmp_path):
+    """The cap is what the gate needs for two samples of one chunk each (torch alone maps some 650 MiB), plus 64
+    MiB: samples of 192 MiB cannot be mapped under it, as ``torch.load(mmap=True)`` and ``safe_open`` map them
+    (and then read them whole, when mapping fails); read one chunk at a time, every value is."""
+    flags = ("--values", "--ignore", "hidden_size", "--ignore", "layer_count")
+    small_bytes = large_samples(tmp_path / "small", 1024)
+    small = run_capped(tmp_path / "small", *flags)
+    assert small.report is not None and small.report["summary"]["value_bytes"] == small_bytes, small.stderr[-2000:]
+    big_bytes = large_samples(tmp_path / "big", 6144)
+    assert big_bytes // 2 > 2 * 64 * MiB + small_bytes // 2  # each more than the headroom past the small one
+    run = run_capped(tmp_path / "big", *flags, cap=int(small.max_vm_mb * MiB) + 64 * MiB)
+    assert run.report is not None, run.stderr[-2000:]
+    assert not [f for f in run.failing() if f["probe"] == "readable"], run.failing()
+    assert run.report["summary"]["value_bytes"] == big_bytes, (run.report["summary"], run.failing())

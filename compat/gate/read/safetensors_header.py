@@ -55,6 +55,9 @@ class HeaderError(Exception):
 class SafetensorsHeader:
     tensors: dict[str, TensorInfo]
     file_size: int
+    spans: dict[str, tuple[int, int]]
+    """Each tensor's ``data_offsets``: bytes ``begin:end`` of the data, which starts at ``data_start``."""
+    data_start: int
 
 
 def read_header(path: str | os.PathLike) -> SafetensorsHeader:
@@ -80,7 +83,7 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
     finally:
         if enabled:
             gc.enable()
-    return SafetensorsHeader(tensors, size)
+    return SafetensorsHeader(tensors, size, spans, 8 + length)
 
 
 def _read(path: str | os.PathLike) -> tuple[int, bytes | bytearray]:
