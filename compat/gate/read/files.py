@@ -39,7 +39,7 @@ def read_file(path: str, forced: Layout | None = None, hidden_size: int | None =
     try:
         if path.endswith(".safetensors"):
             return read_safetensors(path, forced)
-        return read_torch(path, forced, hidden_size, layers)
+        return read_torch(path, forced, hidden_size, layers, info.st_size)
     except Exception as exc:  # noqa: BLE001 - one bad file is one finding; the run goes on
         return FileView(path, info.st_size, failure=_unreadable(one_line(exc), type(exc).__name__,
                                                                   traceback.format_exc(limit=-8)))
@@ -86,8 +86,7 @@ def read_safetensors(path: str, forced: Layout | None) -> FileView:
     return FileView(path, header.file_size, (stacked_sample(path, hs, ids),))
 
 
-def read_torch(path: str, forced: Layout | None, hidden_size: int | None, layers: int | None) -> FileView:
-    size = file_size(path)
+def read_torch(path: str, forced: Layout | None, hidden_size: int | None, layers: int | None, size: int) -> FileView:
     try:
         obj = load_structure(path)
         items = list(enumerate(obj)) if isinstance(obj, (list, tuple)) else [(None, obj)]

@@ -15,6 +15,7 @@ from typing import Any
 from compat.gate.read.tensors import ITEMSIZE
 from compat.gate.read.torch_header import Archive, StorageRef, TensorStub, read_archive, read_stubs, refuse_shared
 from compat.gate.read.zip_archive import (
+    Directory,
     FormatError,
     MemberStream,
     NotPlain,
@@ -69,12 +70,22 @@ def load_structure(path: str) -> Any:
 
 
 def _stubs(archive: Archive | None) -> Any:
+    """The archive's object with tensor stubs; None when it holds more than plain tensors. The last archive's
+    is kept: the gate reads a file's values right after its structure, and unpickling again would cost a fifth
+    of reading a small sample's values (``read_directory`` gives the same directory while the file is unchanged)."""
+    global _last_stubs
     if archive is None:
         return None
+    if _last_stubs is not None and _last_stubs[0] is archive.directory:
+        return _last_stubs[1]
     try:
-        return read_stubs(archive)
+        obj = read_stubs(archive)
     except NotPlain:
-        return None  # not plain tensors: torch.load (weights only) decides, and says why not
+        obj = None  # not plain tensors: torch.load (weights only) decides, and says why not
+    _last_stubs = (archive.directory, obj)
+    return obj
+
+_last_stubs: tuple[Directory, Any] | None = None
 
 
 def _load_checked(path: str, archive: Archive | None) -> Any:
