@@ -22,16 +22,19 @@ T drawn from 16..128, and speculators 0.3.0's ``data_{i}.pt`` (torch.save of inp
 Aims: header mode at least 15,000 small safetensors files/s on a 2-core machine, and per tiny file within 3x
 the open-only loop; a 100 MB header linear in its size, its peak memory a small multiple of it, near the library.
 
-Measured on the 2-core development machine (shared, loaded: figures vary by up to 2x run to run), before
-(81daa0b) and after the "Bounded cost" changes:
+Measured on the 2-core development machine (shared with other jobs: figures vary by up to 2x run to run),
+before (81daa0b) and after the "Bounded cost" changes, over 20,000 .safetensors and 2,000 .pt files
+(``--values-files 200 --large-files 0 --repeat 1``; the 100 MB headers are the defaults'):
 
-- 100 MB header of 1.4 million tensors: gate 59.6 s / 2,171 MB peak before, 11-22 s / 1,031 MB after;
-  the library 8.5-11.6 s / 1,204 MB. Header of a million metadata strings: gate 6.5 s / 475 MB before,
-  2.7 s / 476 MB after; the library 5.2 s / 879 MB.
-- tiny .pt, header mode: 188 us per file, 15-24x the open-only loop (8-13 us) before and after (not yet
-  within 3x: the zip directory's checks and the pickle's are most of it). Tiny .safetensors: 6x.
-- tiny files with --values: .pt 2,490 us per file before, 650 us after; .safetensors 780 us, 650 us.
-- --values of a 629 MB sample: VmPeak 1,906 MB before (the file mapped whole), 914 MB after (chunks).
+- 100 MB header of 1.4 million one-element tensors: gate 26.6 s and 2,193 MB peak RSS before (60 s under
+  load), 8.4 s and 1,040 MB after; the safetensors library 4.9 s and 1,213 MB. Header of a million metadata
+  strings: gate 3.5 s, 479 MB before; 1.6 s, 479 MB after; the library 2.0 s, 784 MB.
+- tiny files, header mode, per file: .pt 201 us (21x the open-only loop's 9.7 us) before, 135 us (16x its
+  8.3 us) after: not within 3x (reading the zip directory, each member checked against its local header, and
+  unpickling the stubs are most of it); .safetensors 47 us (4.1x) before, 46 us (5.4x) after.
+- tiny files with --values, per file: .pt 1,095 us before, 463 us after; .safetensors 459 us, 255 us.
+- --values of a 629 MB sample (the CLI in a child process): VmPeak 1,906 MB before (the file mapped whole),
+  914 MB after (one chunk at a time), where the process starts at about 680 MB (torch).
 """
 
 from __future__ import annotations
