@@ -1,8 +1,10 @@
 """``--values``: read each sound sample's layers in bounded chunks into the statistics the value rules judge
 (NaN/Inf counts, all-zero layers, identical layers, per-layer median RMS, token id range, mask values).
 
-Files are memory-mapped, so a 268 MB sample never sits in memory whole; chunks are converted to float32 only
-for the statistics. Nothing is judged here: ``compat.gate.rules`` judges what this measures.
+Only each part's bytes are read (``tensor_data``), so a sample of any size costs one chunk of memory and address
+space (a file is memory-mapped only where torch.load must read it: views into a shared storage, legacy files);
+chunks are converted to float32 only for the statistics. Nothing is judged here: ``compat.gate.rules`` judges
+what this measures.
 """
 
 from __future__ import annotations
