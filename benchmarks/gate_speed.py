@@ -1,28 +1,50 @@
-"""How fast the gate checks a directory of hidden-state files: header-only, and with --values.
+"""How fast the gate checks a directory of hidden-state files, and what a hostile header costs it.
 
-    python benchmarks/gate_speed.py [--files 20000] [--pt-files 2000] [--hidden 64] [--dir DIR] [--repeat 3]
+    python benchmarks/gate_speed.py [--files 20000] [--pt-files 2000] [--values-files 2000] [--hidden 64]
+                                    [--large-files 8] [--header-mb 100] [--dir DIR] [--repeat 3]
 
 Creates (once; reused when --dir already holds them) a directory of files as the tools write them:
 vLLM's extraction layout (``hs_{i}.safetensors``: hidden_states [T, 4, hidden] bf16, token_ids [T]) with
 T drawn from 16..128, and speculators 0.3.0's ``data_{i}.pt`` (torch.save of input_ids, a list of four
-[T, hidden] layers, loss_mask). Then, warm cache, prints files/s and bytes/s for:
+[T, hidden] layers, loss_mask). Then, warm cache, prints:
 
-- the safetensors library's own metadata reader (safe_open, keys, each tensor's shape and dtype), for
-  comparison: the gate's header checks should be limited by the file system as the library is;
-- the gate, header-only, over the safetensors files and over the .pt files (torch.load(mmap=True,
-  weights_only=True) is timed beside it);
-- the gate with --values over a subset (every tensor byte read and checked), and over a few large files
-  (T 1024, hidden 4096, 4 layers: 32 MiB each, the size of a real sample) where bytes/s is what counts.
+- tiny files, header mode: the gate's time per file beside a loop that only opens each file
+  (``with open(p, "rb") as f: f.read(64)``), and their ratio, for .safetensors and for .pt; the safetensors
+  library's metadata reader (safe_open, keys, shapes, dtypes) and ``torch.load(mmap=True, weights_only=True)``
+  beside them for reference;
+- tiny files, ``--values``: the gate's time per file (every tensor byte read and checked), for both;
+- ``--values`` over a few large files (T 1024, hidden 4096, 4 layers: 32 MiB each, a real sample's size),
+  where bytes/s is what counts;
+- a header of --header-mb MB, in two shapes (1.4 million one-element tensors; one tensor and a
+  ``__metadata__`` of a million strings): the gate's time and peak resident memory (VmHWM) on it beside the
+  safetensors library's (``safe_open`` of the file, keys and metadata), each in a child process of its own.
 
-Aim: header-only at least 15,000 small safetensors files/s on a 2-core machine.
+Aims: header mode at least 15,000 small safetensors files/s on a 2-core machine, and per tiny file within 3x
+the open-only loop; a 100 MB header linear in its size, its peak memory a small multiple of it, near the library.
+
+Measured on the 2-core development machine (shared with other jobs: figures vary by up to 2x run to run),
+before (81daa0b) and after the "Bounded cost" changes, over 20,000 .safetensors and 2,000 .pt files
+(``--values-files 200 --large-files 0 --repeat 1``; the 100 MB headers are the defaults'):
+
+- 100 MB header of 1.4 million one-element tensors: gate 26.6 s and 2,193 MB peak RSS before (60 s under
+  load), 8.4 s and 1,040 MB after; the safetensors library 4.9 s and 1,213 MB. Header of a million metadata
+  strings: gate 3.5 s, 479 MB before; 1.6 s, 479 MB after; the library 2.0 s, 784 MB.
+- tiny files, header mode, per file: .pt 201 us (21x the open-only loop's 9.7 us) before, 135 us (16x its
+  8.3 us) after: not within 3x (reading the zip directory, each member checked against its local header, and
+  unpickling the stubs are most of it); .safetensors 47 us (4.1x) before, 46 us (5.4x) after.
+- tiny files with --values, per file: .pt 1,095 us before, 463 us after; .safetensors 459 us, 255 us.
+- --values of a 629 MB sample (the CLI in a child process): VmPeak 1,906 MB before (the file mapped whole),
+  914 MB after (one chunk at a time), where the process starts at about 680 MB (torch).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +96,69 @@ def make_large(directory: Path, files: int) -> None:
                   str(directory / f"hs_{i}.safetensors"))
 
 
+def make_header(path: Path, megabytes: int, shape: str) -> None:
+    """A valid safetensors file whose header is about ``megabytes`` MB: ``tensors``, one-element F32 tensors
+    (about 70 bytes of header each); ``metadata``, one tensor and a ``__metadata__`` of 80-character strings."""
+    if path.exists():
+        return
+    target, parts, size, n = megabytes * 10**6 - 200, [], 0, 0  # 200 bytes for the rest: at most 100 MB in all
+    if shape == "tensors":
+        while size < target - 100:
+            parts.append(f'"t{n:07d}":{{"dtype":"F32","shape":[1],"data_offsets":[{4 * n},{4 * n + 4}]}}')
+            size, n = size + len(parts[-1]) + 1, n + 1
+        header, data = "{" + ",".join(parts) + "}", bytes(4 * n)
+    else:
+        while size < target - 100:
+            parts.append(f'"k{n:08d}":"{"v" * 80}"')
+            size, n = size + len(parts[-1]) + 1, n + 1
+        header = '{"__metadata__":{' + ",".join(parts) + '},"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+        data = bytes(4)
+    raw = header.encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + data)
+
+
+# Each measurement of a hostile header runs in a child process of its own, so one's memory does not count in
+# another's; the child prints its seconds and its resident memory before and at its peak (VmHWM).
+_CHILD = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+def rss(field):
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) // 1024 for line in status if line.startswith(field))
+{imports}
+base = rss("VmRSS:")
+started = time.perf_counter()
+{work}
+print(json.dumps({{"seconds": time.perf_counter() - started, "base_mb": base, "peak_mb": rss("VmHWM:"),
+                  "what": what}}))
+"""
+_GATE = ("from pathlib import Path\nfrom compat.gate import GateOptions, run_gate",
+         "result = run_gate(GateOptions(paths=(Path({path!r}),)))\n"
+         "what = [f.message[:70] for f in result.failing()]")
+_LIBRARY = ("from safetensors import safe_open",
+            "with safe_open({path!r}, framework='numpy') as f:\n"
+            "    what = [len(list(f.keys())), len(f.metadata() or {{}})]")
+
+
+def in_child(imports: str, work: str, path: Path) -> dict:
+    code = _CHILD.format(root=str(ROOT), imports=imports, work=work.format(path=str(path)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def headers(root: Path, megabytes: int) -> None:
+    for shape, what in (("tensors", "one-element tensors"), ("metadata", "one tensor, a __metadata__ of strings")):
+        path = root / f"header_{megabytes}mb_{shape}.safetensors"
+        make_header(path, megabytes, shape)
+        print(f"header of {megabytes} MB: {what}")
+        for label, (imports, work) in (("gate (run_gate on the file)", _GATE),
+                                       ("safetensors library (safe_open: keys, metadata)", _LIBRARY)):
+            m = in_child(imports, work, path)
+            print(f"  {label:50} {m['seconds']:8.2f} s  peak RSS {m['peak_mb']:>6,} MB (at start "
+                  f"{m['base_mb']:,} MB)  {str(m['what'])[:70]}")
+
+
 def timed(fn, repeat: int) -> float:
     fn()  # warm the page cache and the imports
     return statistics.median(_once(fn) for _ in range(repeat))
@@ -94,6 +179,20 @@ def line(label: str, files: int, seconds: float, nbytes: int) -> None:
           f"({files} files, {nbytes / 2**20:,.1f} MiB, {seconds:.3f} s)")
 
 
+def per_file(label: str, files: int, seconds: float, opened: float | None = None) -> None:
+    ratio = f"  {seconds / opened:5.1f}x the open-only loop" if opened else ""
+    print(f"{label:58} {seconds / files * 1e6:>10,.1f} us per file{ratio}")
+
+
+def open_only(paths: list[str]):
+    """The floor a per-file check is compared with: open each file and read its first 64 bytes."""
+    def run():
+        for path in paths:
+            with open(path, "rb") as f:
+                f.read(64)
+    return run
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--files", type=int, default=20000, help="vLLM-layout safetensors files")
@@ -101,6 +200,7 @@ def main() -> None:
     p.add_argument("--values-files", type=int, default=2000, help="files checked with --values")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--large-files", type=int, default=8, help="files of [1024, 4, 4096] bf16 for --values")
+    p.add_argument("--header-mb", type=int, default=100, help="size of the hostile headers (0: skip them)")
     p.add_argument("--dir", type=Path, help="where to keep the files (default: a temporary directory)")
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
@@ -134,30 +234,42 @@ def main() -> None:
             return run
 
         st_bytes, pt_bytes = du(st), du(pt)
-        line("safetensors library: safe_open + shapes (reference)", len(st), timed(library, args.repeat), st_bytes)
-        line("gate header-only, vllm-safetensors", len(st), timed(gate([root / "vllm"]), args.repeat), st_bytes)
-        line("torch.load(mmap, weights_only) of the .pt files (reference)", len(pt),
+        print("tiny files, header mode")
+        opened = timed(open_only(st), args.repeat)
+        per_file("  open-only loop, .safetensors", len(st), opened)
+        seconds = timed(gate([root / "vllm"]), args.repeat)
+        per_file("  gate header-only, vllm-safetensors", len(st), seconds, opened)
+        line("  gate header-only, vllm-safetensors", len(st), seconds, st_bytes)
+        line("  safetensors library: safe_open + shapes (reference)", len(st), timed(library, args.repeat),
+             st_bytes)
+        opened = timed(open_only(pt), args.repeat)
+        per_file("  open-only loop, .pt", len(pt), opened)
+        seconds = timed(gate([root / "speculators"]), args.repeat)
+        per_file("  gate header-only, speculators-pt", len(pt), seconds, opened)
+        line("  gate header-only, speculators-pt", len(pt), seconds, pt_bytes)
+        line("  torch.load(mmap, weights_only) of the .pt files (reference)", len(pt),
              timed(torch_load, args.repeat), pt_bytes)
-        line("gate header-only, speculators-pt", len(pt), timed(gate([root / "speculators"]), args.repeat),
-             pt_bytes)
+        print("tiny files, --values")
         subset = st[: args.values_files]
         with tempfile.TemporaryDirectory(prefix="compat-gate-values-") as sub:
             for path in subset:  # hard links: the same files, in a directory of their own
                 os.link(path, os.path.join(sub, os.path.basename(path)))
             run = gate([sub], values=True)
             seconds = timed(run, args.repeat)
-            line("gate --values, vllm-safetensors (file bytes)", len(subset), seconds, du(subset))
-            print(f"{'':58} {'':>10} {'':7} {run.value_bytes / seconds / 2**20:>10,.1f} MiB/s of tensor values")
+            per_file("  gate --values, vllm-safetensors", len(subset), seconds)
+            line("  gate --values, vllm-safetensors (file bytes)", len(subset), seconds, du(subset))
+        pt_subset = pt[: args.values_files]
+        run = gate(pt_subset, values=True)
+        seconds = timed(run, args.repeat)
+        per_file("  gate --values, speculators-pt", len(pt_subset), seconds)
+        line("  gate --values, speculators-pt (file bytes)", len(pt_subset), seconds, du(pt_subset))
         if args.large_files:
             make_large(root / "large", args.large_files)
             large = sorted(str(p) for p in (root / "large").iterdir())
             seconds = timed(gate([root / "large"], hidden=4096, values=True), args.repeat)
             line("gate --values, large vllm-safetensors [1024, 4, 4096] bf16", len(large), seconds, du(large))
-        pt_subset = pt[: args.values_files]
-        run = gate(pt_subset, values=True)
-        seconds = timed(run, args.repeat)
-        line("gate --values, speculators-pt (file bytes)", len(pt_subset), seconds, du(pt_subset))
-        print(f"{'':58} {'':>10} {'':7} {run.value_bytes / seconds / 2**20:>10,.1f} MiB/s of tensor values")
+        if args.header_mb:
+            headers(root, args.header_mb)
 
 
 if __name__ == "__main__":

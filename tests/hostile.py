@@ -18,22 +18,22 @@ MEMORY_CAP = 3 << 30
 """Address space, not resident memory: torch's libraries alone map about 1.5 GiB of it."""
 TIMEOUT = 60
 
-# The child caps itself, runs the gate, and reports its own peak resident memory on its last stderr line:
-# VmHWM of its own address space (ru_maxrss would include the parent's memory at fork: a test process that has
-# grown to a gigabyte would make every child look that large).
+# The child caps itself, runs the gate, and reports its own peak resident memory and address space on its last
+# stderr line: VmHWM and VmPeak of its own address space (ru_maxrss would include the parent's memory at fork: a
+# test process that has grown to a gigabyte would make every child look that large).
 _CHILD = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap}))
 from compat.gate.cli import main
 
-def peak_kb():
+def peak_kb(field):
     with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+        return next(int(line.split()[1]) for line in status if line.startswith(field))
 
 try:
     code = main(sys.argv[1:])
 finally:
-    print(f"maxrss_kb={{peak_kb()}}", file=sys.stderr)
+    print(f"maxrss_kb={{peak_kb('VmHWM:')}} vmpeak_kb={{peak_kb('VmPeak:')}}", file=sys.stderr)
 sys.exit(code)
 """
 
@@ -45,6 +45,8 @@ class CappedRun:
     stderr: str
     seconds: float
     max_rss_mb: float
+    max_vm_mb: float
+    """Peak address space (VmPeak): what ``RLIMIT_AS`` caps."""
 
     def findings(self, path_part: str = "") -> list[dict]:
         """Findings whose file contains ``path_part`` (all of them with the default)."""
@@ -68,6 +70,8 @@ def run_capped(*args: str | os.PathLike, timeout: float = TIMEOUT, cap: int = ME
             raise AssertionError(f"the gate ran past {timeout} s on {args}") from None
         seconds = time.perf_counter() - started
         lines = proc.stderr.strip().splitlines()
-        rss = int(lines[-1].split("=")[1]) / 1024 if lines and lines[-1].startswith("maxrss_kb=") else float("nan")
+        peaks = dict(item.split("=") for item in lines[-1].split()) if lines and lines[-1].startswith("maxrss_kb=") \
+            else {}
+        rss, vm = (int(peaks[key]) / 1024 if key in peaks else float("nan") for key in ("maxrss_kb", "vmpeak_kb"))
         report = json.loads(out.read_text()) if out.exists() else None
-    return CappedRun(proc.returncode, report, "\n".join(lines[:-1]), seconds, rss)
+    return CappedRun(proc.returncode, report, "\n".join(lines[:-1]), seconds, rss, vm)

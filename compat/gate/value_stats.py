@@ -1,8 +1,10 @@
 """``--values``: read each sound sample's layers in bounded chunks into the statistics the value rules judge
 (NaN/Inf counts, all-zero layers, identical layers, per-layer median RMS, token id range, mask values).
 
-Files are memory-mapped, so a 268 MB sample never sits in memory whole; chunks are converted to float32 only
-for the statistics. Nothing is judged here: ``compat.gate.rules`` judges what this measures.
+Only each part's bytes are read (``tensor_data``), so a sample of any size costs one chunk of memory and address
+space (a file is memory-mapped only where torch.load must read it: views into a shared storage, legacy files);
+chunks are converted to float32 only for the statistics. Nothing is judged here: ``compat.gate.rules`` judges
+what this measures.
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     view = st.view
     n, (tokens, hidden) = len(view.layers), view.layers[0].shape
     stats = [LayerStats(rows=tokens) for _ in range(n)]
-    rms_parts: list[list] = [[] for _ in range(n)]
+    rms_parts = []  # [rows, n] per row range
     digests = [hashlib.blake2b(digest_size=16) for _ in range(n)]  # of the per-token sums of squares
     itemsize = max(1, view.layers[0].nbytes // max(1, tokens * hidden))
     plan = _Plan.of(n, hidden, itemsize)
@@ -185,9 +187,7 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
         by_layer = squares.T.contiguous().numpy()
         for i in range(n):
             digests[i].update(by_layer[i])
-        rms = (squares / hidden).sqrt()
-        for i in range(n):
-            rms_parts[i].append(rms[:, i])
+        rms_parts.append((squares / hidden).sqrt_())
         counts = zero.sum(dim=0).tolist()
         for i in range(n):
             s = stats[i]
@@ -195,10 +195,12 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
                 if s.first_zero is None:
                     s.first_zero = start + int(zero[:, i].nonzero()[0, 0])
                 s.zero_rows += counts[i]
-    for s, parts in zip(stats, rms_parts):
-        every = torch.cat(parts)
-        s.median_rms = float(torch.nanmedian(every))
-        s.body_rms = float(torch.nanmedian(every[1:])) if tokens > 1 else None
+    medians = torch.cat(rms_parts)
+    for s, median in zip(stats, medians.nanmedian(dim=0).values.tolist()):
+        s.median_rms = median
+    if tokens > 1:
+        for s, body in zip(stats, medians[1:].nanmedian(dim=0).values.tolist()):
+            s.body_rms = body
     groups: dict[bytes, list[int]] = {}
     for i, digest in enumerate(digests):
         groups.setdefault(digest.digest(), []).append(i)
@@ -209,9 +211,9 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     odd: tuple = ()
     all_zero = None
     if mask is not None and mask.numel():
-        present = set(mask.unique().tolist())
-        odd = tuple(sorted(present - {0, 1}))  # bools compare equal to 0 and 1
-        all_zero = present == {0}
+        all_zero = not bool(mask.any())
+        if bool(((mask != 0) & (mask != 1)).any()):  # unique() costs 20 times more
+            odd = tuple(sorted(set(mask.unique().tolist()) - {0, 1}))  # bools compare equal to 0 and 1
     return SampleValues(view, tuple(stats), identical, id_range, odd, all_zero, read,
                         _prefix(st, ids, n, hidden, plan))
 

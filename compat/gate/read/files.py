@@ -9,7 +9,7 @@ import traceback
 
 from compat.gate.read.layouts import Layout
 from compat.gate.read.safetensors_header import HeaderError, read_header
-from compat.gate.read.samples import LayoutMismatch, missing_tensors_sample, sample_from_object, stacked_sample
+from compat.gate.read.samples import LayoutMismatch, missing_tensors_sample, names, sample_from_object, stacked_sample
 from compat.gate.read.torch_load import load_error, load_structure
 from compat.gate.read.views import FailureKind, FileView, ReadFailure
 from compat.gate.read.zip_archive import FormatError
@@ -39,7 +39,7 @@ def read_file(path: str, forced: Layout | None = None, hidden_size: int | None =
     try:
         if path.endswith(".safetensors"):
             return read_safetensors(path, forced)
-        return read_torch(path, forced, hidden_size, layers)
+        return read_torch(path, forced, hidden_size, layers, info.st_size)
     except Exception as exc:  # noqa: BLE001 - one bad file is one finding; the run goes on
         return FileView(path, info.st_size, failure=_unreadable(one_line(exc), type(exc).__name__,
                                                                   traceback.format_exc(limit=-8)))
@@ -79,15 +79,14 @@ def read_safetensors(path: str, forced: Layout | None) -> FileView:
     if layout is not Layout.VLLM_SAFETENSORS:
         return FileView(path, header.file_size, failure=ReadFailure(
             FailureKind.LAYOUT_MISMATCH, f"--layout {layout.value} reads torch.save files; this is a safetensors "
-            f"file with tensors {', '.join(sorted(tensors)) or '(none)'}", LayoutMismatch.__name__))
+            f"file with tensors {names(tensors) or '(none)'}", LayoutMismatch.__name__))
     hs, ids = tensors.get("hidden_states"), tensors.get("token_ids")
     if hs is None or ids is None:
         return FileView(path, header.file_size, (missing_tensors_sample(path, tensors),))
     return FileView(path, header.file_size, (stacked_sample(path, hs, ids),))
 
 
-def read_torch(path: str, forced: Layout | None, hidden_size: int | None, layers: int | None) -> FileView:
-    size = file_size(path)
+def read_torch(path: str, forced: Layout | None, hidden_size: int | None, layers: int | None, size: int) -> FileView:
     try:
         obj = load_structure(path)
         items = list(enumerate(obj)) if isinstance(obj, (list, tuple)) else [(None, obj)]

@@ -6,6 +6,7 @@ and raised as ``LayoutMismatch`` when nothing can (not a dict, keys of no known 
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 from compat.gate.read.layouts import Layout, classify
@@ -37,12 +38,19 @@ def stacked_sample(file: str, hs: TensorInfo, ids: TensorInfo | None) -> SampleV
     return SampleView(file, None, Layout.VLLM_SAFETENSORS, ids, layers, stacked=hs)
 
 
+def names(tensors: dict[str, TensorInfo], shown: int = 8) -> str:
+    """The first ``shown`` tensor names in order, and how many more: a hostile header may name millions."""
+    first = heapq.nsmallest(shown, tensors)
+    more = f" and {len(tensors) - shown} more" if len(tensors) > shown else ""
+    return ", ".join(first) + more
+
+
 def missing_tensors_sample(file: str, tensors: dict[str, TensorInfo]) -> SampleView:
     """A vllm-safetensors file without ``hidden_states`` or ``token_ids``."""
     hs, ids = tensors.get("hidden_states"), tensors.get("token_ids")
     missing = [name for name, t in (("hidden_states", hs), ("token_ids", ids)) if t is None]
     fault = EntryFault(", ".join(missing), f"missing tensor(s) {', '.join(missing)}; found "
-                       f"{', '.join(sorted(tensors)) or 'none'} (vLLM's extraction writes hidden_states "
+                       f"{names(tensors) or 'none'} (vLLM's extraction writes hidden_states "
                        "[T, n_layers, H] and token_ids [T])")
     return SampleView(file, None, Layout.VLLM_SAFETENSORS, ids, (), faults=(fault,))
 

@@ -1,17 +1,22 @@
 """Lazy access to the tensor data of samples already described by their header: token ids, loss mask, and row
-ranges of every layer. Files are memory-mapped (safetensors slices, ``torch.load(mmap=True)``; a deflated
-``torch.save`` archive is inflated on demand, ``torch_load.open_values``), so a large sample never sits in memory
-whole."""
+ranges of every layer. Only the bytes asked for are read (``FileTensor`` for a safetensors file, and for a
+``torch.save`` archive ``torch_load.open_values``: read or inflated on demand), so reading a sample takes no more
+memory, nor address space, than its largest part: a sample larger than the memory the gate may use is read."""
 
 from __future__ import annotations
 
+import itertools
+import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
+from math import prod
 from typing import Any
 
 from compat.gate.read.files import read_file
 from compat.gate.read.layouts import Layout
-from compat.gate.read.paths import openable
+from compat.gate.read.safetensors_header import read_header
+from compat.gate.read.tensors import ITEMSIZE
 from compat.gate.read.torch_load import open_values
 from compat.gate.read.views import FileView, SampleView
 
@@ -74,14 +79,86 @@ class SampleTensors:
         return self.part(0, rows, i, i + 1, 0, hidden)[:, 0]
 
 
+class FileTensor:
+    """A row-major tensor at a byte offset of an open file, read by ``os.pread`` of exactly the bytes an index of
+    slices asks (``t[a:b]``, ``t[a:b, lo:hi, c0:c1]``): one read when they lie together, else one per run of
+    adjacent bytes. Nothing is mapped, so a part costs its own size in memory and address space."""
+
+    def __init__(self, fd: int, offset: int, dtype: str, shape: tuple[int, ...]) -> None:
+        import torch
+
+        self.shape, self.dtype = shape, getattr(torch, dtype)
+        self._fd, self._offset, self._itemsize = fd, offset, ITEMSIZE[dtype]
+        strides, step = [], 1
+        for size in reversed(shape):
+            strides.append(step)
+            step *= size
+        self._strides = tuple(reversed(strides))
+
+    def __getitem__(self, index):
+        import torch
+
+        index = index if isinstance(index, tuple) else (index,)
+        if len(index) > len(self.shape) or any(not isinstance(i, slice) or i.step not in (None, 1) for i in index):
+            raise IndexError(f"{index!r}: only slices of step 1 are read from the file")
+        starts, sizes = [], []
+        for size, part in zip(self.shape, index + (slice(None),) * (len(self.shape) - len(index))):
+            start, stop, _ = part.indices(size)
+            starts.append(start)
+            sizes.append(max(0, stop - start))
+        if 0 in sizes:
+            return torch.empty(sizes, dtype=self.dtype)
+        # The bytes asked lie in runs: dims from the last inward that are asked whole, and part of the next one.
+        inner = len(sizes) - 1
+        while inner > 0 and sizes[inner] == self.shape[inner]:
+            inner -= 1
+        run = prod(sizes[inner:]) * self._itemsize
+        data = bytearray(run * prod(sizes[:inner]))
+        at = 0
+        with memoryview(data) as view:
+            for outer in itertools.product(*(range(a, a + n) for a, n in zip(starts[:inner], sizes[:inner]))):
+                first = sum(a * s for a, s in zip((*outer, *starts[inner:]), self._strides))
+                self._read(view[at:at + run], first * self._itemsize)
+                at += run
+        return torch.frombuffer(data, dtype=self.dtype).view(sizes)
+
+    def _read(self, into: memoryview, begin: int) -> None:
+        got = 0
+        while got < len(into):
+            more = os.preadv(self._fd, [into[got:]], self._offset + begin + got)
+            if not more:
+                raise EOFError(f"the file ends at byte {self._offset + begin + got}, inside a tensor its header "
+                               "places there: it changed since it was read")
+            got += more
+
+
+@contextmanager
+def _safetensors(path: str) -> Iterator[Any]:
+    """Name -> ``FileTensor`` of the safetensors file at ``path``, its header read again (views keep no offsets)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is no longer a regular file")
+        header = read_header(path)
+        cache: dict[str, FileTensor] = {}
+
+        def get(name: str) -> FileTensor:
+            if name not in cache:
+                info = header.tensors[name]
+                cache[name] = FileTensor(fd, header.data_start + header.spans[name][0], info.dtype, info.shape)
+            return cache[name]
+
+        yield get
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def open_file(file: FileView) -> Iterator[list[SampleTensors]]:
     """The samples of ``file`` with lazy tensor access (header already read into ``file.samples``)."""
     if file.path.endswith(".safetensors"):
-        from safetensors import safe_open
-
-        with openable(file.path) as path, safe_open(path, framework="pt") as handle:
-            yield [SampleTensors(s, handle.get_slice) for s in file.samples]
+        with _safetensors(file.path) as get:
+            yield [SampleTensors(s, get) for s in file.samples]
         return
     with open_values(file.path) as obj:
         items = obj if isinstance(obj, (list, tuple)) else [obj]

@@ -1,7 +1,7 @@
 """Loading ``torch.save`` files without unpickling arbitrary objects, and without trusting what their archive
 claims (``torch_header`` checks it first): the structure when it is plain tensors, else
-``torch.load(weights_only=True)`` of the checked archive; tensor values memory-mapped from a stored archive,
-and from a deflated one inflated on demand, never past what the pickle says a storage needs (``open_values``)."""
+``torch.load(weights_only=True)`` of the checked archive; tensor values read (stored archive) or inflated
+(deflated) on demand, the rows asked and never past what the pickle says a storage needs (``open_values``)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from compat.gate.read.paths import openable
 from compat.gate.read.tensors import ITEMSIZE
 from compat.gate.read.torch_header import Archive, StorageRef, TensorStub, read_archive, read_stubs, refuse_shared
 from compat.gate.read.zip_archive import (
+    Directory,
     FormatError,
     MemberStream,
     NotPlain,
@@ -102,12 +103,22 @@ def load_structure(path: str) -> Any:
 
 
 def _stubs(archive: Archive | None) -> Any:
+    """The archive's object with tensor stubs; None when it holds more than plain tensors. The last archive's
+    is kept: the gate reads a file's values right after its structure, and unpickling again would cost a fifth
+    of reading a small sample's values (``read_directory`` gives the same directory while the file is unchanged)."""
+    global _last_stubs
     if archive is None:
         return None
+    if _last_stubs is not None and _last_stubs[0] is archive.directory:
+        return _last_stubs[1]
     try:
-        return read_stubs(archive)
+        obj = read_stubs(archive)
     except NotPlain:
-        return None  # not plain tensors: torch.load (weights only) decides, and says why not
+        obj = None  # not plain tensors: torch.load (weights only) decides, and says why not
+    _last_stubs = (archive.directory, obj)
+    return obj
+
+_last_stubs: tuple[Directory, Any] | None = None
 
 
 def _load_checked(path: str, archive: Archive | None) -> Any:
@@ -147,26 +158,36 @@ def load_error(exc: Exception) -> str:
 
 @contextmanager
 def open_values(path: str) -> Iterator[Any]:
-    """The stored object with tensors whose values can be read: memory-mapped from a stored archive (what
-    ``torch.save`` writes), ``InflatedTensor``s for a deflated one. The file's structure was read first
+    """The stored object with tensors whose values can be read: ``InflatedTensor``s that read (stored archive,
+    what ``torch.save`` writes) or inflate (deflated) only the rows asked for, where the pickle holds plain
+    tensors; else torch.load's, memory-mapped from a stored archive. The file's structure was read first
     (``load_structure``); its directory is checked again unless unchanged since, and raises as it did."""
     try:
         directory = read_directory(path)
     except NotPlain:
         yield load_torch(path)  # a legacy (pre-zip) file, or none: torch.load says which
         return
-    if directory.stored:
-        yield load_torch(path)
-        return
     archive = read_archive(path, directory)
     obj = _stubs(archive)
-    if obj is None or not _native_byte_order(archive):
+    if obj is not None and _native_byte_order(archive) and (not directory.stored or _contiguous(obj)):
+        refuse_shared(obj)
+        yield _inflated(obj, _Inflater(archive))
+    elif directory.stored:
+        yield load_torch(path)  # views into shared storages: mapped, not read whole
+    else:
         obj = _load_inflating(path)
         refuse_shared(obj)
         yield obj
-        return
-    refuse_shared(obj)
-    yield _inflated(obj, _Inflater(archive))
+
+
+def _contiguous(obj: Any, depth: int = 0) -> bool:
+    """Every tensor a sample can hold (as ``_inflated`` reaches them) lies row after row in its storage."""
+    if isinstance(obj, TensorStub):
+        return obj.contiguous
+    if depth >= 3:
+        return True
+    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    return all(_contiguous(value, depth + 1) for value in values)
 
 
 def _native_byte_order(archive: Archive) -> bool:
@@ -192,8 +213,8 @@ def _inflated(obj: Any, inflater: _Inflater, depth: int = 0) -> Any:
 
 
 class _Inflater:
-    """The storages of one deflated archive, read for its ``InflatedTensor``s within one budget of bytes
-    inflated. It keeps at most ``_STREAMS`` streams (each a 32 KiB window and a read of compressed bytes), the
+    """The storages of one archive, read (inflated when deflated) for its ``InflatedTensor``s within one budget
+    of bytes. It keeps at most ``_STREAMS`` streams (each a 32 KiB window and a read of compressed bytes), the
     last block read (parts of one row range are asked one after another) and the last storage inflated whole."""
 
     _STREAMS = 64
@@ -245,11 +266,11 @@ class _Inflater:
 
 
 class InflatedTensor:
-    """A tensor of a deflated archive, read on demand. Rows ``a:b`` of a contiguous tensor (what ``torch.save``
-    of ``.contiguous()`` writes) inflate its storage only up to them, continuing where the last read stopped, so
-    a sample read in order is inflated once and never sits in memory whole (of a single row, only the columns
-    asked for); other views inflate their storage whole. ``tensor[rows, ...]`` and ``tensor[:]`` are what the
-    value reader asks."""
+    """A tensor of an archive, read on demand. Rows ``a:b`` of a contiguous tensor (what ``torch.save`` of
+    ``.contiguous()`` writes) are read alone from a stored member; from a deflated one its storage is inflated
+    only up to them, continuing where the last read stopped, so a sample read in order is inflated once. Either
+    way it never sits in memory whole (of a single row, only the columns asked for); other views (of a deflated
+    archive) inflate their storage whole. ``tensor[rows, ...]`` and ``tensor[:]`` are what the value reader asks."""
 
     def __init__(self, stub: TensorStub, inflater: _Inflater) -> None:
         import torch

@@ -101,8 +101,11 @@ class Directory:
         """``length`` bytes at ``offset`` (fewer at the end of the file)."""
         if self.whole is not None:
             return self.whole[offset:offset + length]
-        with open(self.path, "rb", buffering=0) as handle:
-            return os.pread(handle.fileno(), length, offset)
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO swapped in for the file cannot hang it
+        try:
+            return os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
 
 _EOCD = struct.Struct("<4s4H2LH")
 _EOCD64_LOCATOR = struct.Struct("<4sLQL")
