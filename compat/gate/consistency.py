@@ -13,10 +13,13 @@ Two comparisons, each said to have run or not, and why:
   cannot say which one is wrong: both are undecided. A stored layer where the typical sample is not within half
   the floor of its group decides nothing (synthetic data, or not one causal model's states), as the pairing
   check calibrates itself on the dataset.
-- **Scale.** Per stored layer, each sample's median per-token RMS (the first token left out: the attention sink)
-  against the dataset's median, in robust deviations (1.4826 x the median absolute deviation of the logs). A
-  sample is off when it is more than ``SCALE_DEVIATIONS`` deviations and a factor ``SCALE_FACTOR`` away.
-  Judged only where ``SCALE_MIN_SAMPLES`` samples of ``SCALE_MIN_TOKENS`` tokens or more have that shape.
+- **Scale.** Per stored layer, each sample's per-token RMS against the other samples', position band by band
+  (positions 1, 2-3, 4-7, ...: early tokens attend to few and are larger; the first token, the attention sink,
+  is left out): its offset from each band's median over the samples, in logs, averaged over its tokens; then in
+  deviations: the dataset's robust spread of those offsets (1.4826 x their median absolute deviation) combined
+  with the sample's own chance (a median of T tokens strays by about 1.2533 x their spread / sqrt(T)). A sample
+  is off when it is more than ``SCALE_DEVIATIONS`` deviations and a factor ``SCALE_FACTOR`` away. Judged only
+  where ``SCALE_MIN_SAMPLES`` samples of ``SCALE_MIN_TOKENS`` tokens or more have that shape.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from compat.gate.recompute import TOLERANCES
+from compat.gate.recompute import tolerance
 from compat.gate.value_stats import SampleValues
 
 MARGIN = 8.0
@@ -71,8 +74,13 @@ class ScaleDeviation:
     """This sample's median per-token RMS over the dataset's median."""
     spread: float
     """The dataset's robust spread, as a factor (exp of 1.4826 x MAD of the logs)."""
+    own: float
+    """How far this sample's median may stray by chance (from its tokens' spread and count), as a factor."""
     deviations: float
+    """``|log ratio|`` over the dataset's spread and this sample's own, combined."""
     samples: int
+    rows: int
+    """This sample's tokens."""
 
     @property
     def off(self) -> bool:
@@ -115,8 +123,9 @@ def _shape(v: SampleValues) -> tuple:
     return v.view.layout, len(v.view.layers), first.shape[-1], first.dtype
 
 
-def compare_samples(values: Sequence[SampleValues]) -> Consistency:
-    """Each sample's standing among those of its shape; the summary says which comparisons ran."""
+def compare_samples(values: Sequence[SampleValues], model_type: str | None = None) -> Consistency:
+    """Each sample's standing among those of its shape; the summary says which comparisons ran. ``model_type``
+    (when a model config is given) sets the floor as it sets the reference's: looser for MoE/MLA models."""
     import torch
 
     prefix: dict[int, PrefixDeviation] = {}
@@ -142,9 +151,9 @@ def compare_samples(values: Sequence[SampleValues]) -> Consistency:
         measured.append((shape, tokens, members, by_slot))
         for slot, column in enumerate(by_slot):
             everyone[(shape, slot)] += column
-    usable = {key: statistics.median(ds) <= _floor(key[0]) / 2 for key, ds in everyone.items()}
+    usable = {key: statistics.median(ds) <= _floor(key[0], model_type) / 2 for key, ds in everyone.items()}
     for shape, tokens, members, by_slot in measured:
-        floor = _floor(shape)
+        floor = _floor(shape, model_type)
         for slot, column in enumerate(by_slot):
             if not usable[(shape, slot)]:
                 continue
@@ -164,17 +173,7 @@ def compare_samples(values: Sequence[SampleValues]) -> Consistency:
         if len(judged) < SCALE_MIN_SAMPLES:
             continue
         for slot in range(shape[1]):
-            logs = {k: math.log(r) for k in judged if (r := values[k].layers[slot].body_rms) and r > 0}
-            if len(logs) < SCALE_MIN_SAMPLES:
-                continue
-            center = statistics.median(logs.values())
-            spread = 1.4826 * statistics.median(abs(x - center) for x in logs.values())
-            for k, x in logs.items():
-                gap = abs(x - center)
-                deviations = gap / spread if spread > 0 else (math.inf if gap > 0 else 0.0)
-                found = ScaleDeviation(slot, math.exp(x - center), math.exp(spread), deviations, len(logs))
-                if scale.get(k) is None or found.deviations > scale[k].deviations:
-                    scale[k] = found
+            _scale(values, judged, slot, scale)
     standings = [Standing(v, prefix.get(k), scale.get(k)) for k, v in enumerate(values)]
     summary = {
         "samples": len(values),
@@ -187,9 +186,42 @@ def compare_samples(values: Sequence[SampleValues]) -> Consistency:
     return Consistency(standings, summary)
 
 
-def _floor(shape: tuple) -> float:
-    """The dtype's bound: what the reference accepts between vLLM and HF for that dtype."""
-    return TOLERANCES.get(shape[3], TOLERANCES["bfloat16"]).max_rel
+def _scale(values: Sequence[SampleValues], judged: list[int], slot: int, scale: dict[int, ScaleDeviation]) -> None:
+    """Each judged sample's size at ``slot`` against the others', band of positions by band: its offset from each
+    band's median over the samples, averaged over its tokens."""
+    bands: dict[int, list[float]] = defaultdict(list)
+    for k in judged:
+        for band, _, median in values[k].layers[slot].by_position:
+            if math.isfinite(median):
+                bands[band].append(median)
+    reference = {band: statistics.median(ms) for band, ms in bands.items()}
+    offsets = {}
+    for k in judged:
+        pairs = [(count, median - reference[band]) for band, count, median in values[k].layers[slot].by_position
+                 if math.isfinite(median)]
+        if pairs:
+            offsets[k] = sum(c * d for c, d in pairs) / sum(c for c, _ in pairs)
+    if len(offsets) < SCALE_MIN_SAMPLES:
+        return
+    center = statistics.median(offsets.values())
+    spread = 1.4826 * statistics.median(abs(x - center) for x in offsets.values())
+    for k, x in offsets.items():
+        # The dataset's spread, and this sample's own chance: a median of T tokens whose logs spread by s strays
+        # by about 1.2533 s / sqrt(T) (a short prompt's is a rough one).
+        layer = values[k].layers[slot]
+        own = 1.2533 * layer.spread / math.sqrt(max(1, layer.rows - 1))
+        width = math.hypot(spread, own)
+        gap = abs(x - center)
+        deviations = gap / width if width > 0 else (math.inf if gap > 0 else 0.0)
+        found = ScaleDeviation(slot, math.exp(x - center), math.exp(spread), math.exp(own), deviations, len(offsets),
+                               layer.rows)
+        if scale.get(k) is None or found.deviations > scale[k].deviations:
+            scale[k] = found
+
+
+def _floor(shape: tuple, model_type: str | None) -> float:
+    """The dtype's bound: what the reference accepts between vLLM and HF for that dtype (and model type)."""
+    return tolerance(shape[3], model_type, None, None).max_rel
 
 
 def _prefix_note(measured: list, unusable: list[int]) -> str | None:

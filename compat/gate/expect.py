@@ -43,6 +43,8 @@ class ModelInfo:
     num_layers: int | None
     dtype: str | None
     vocab_size: int | None
+    model_type: str | None = None
+    """``model_type`` (its kernels set how far two right extractions may differ: MoE models' vary by batch)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Expectations:
     layers: Expected[int] | None = None
     layer_ids: Expected[tuple[int, ...]] | None = None
     vocab_size: Expected[int] | None = None
+    model_type: Expected[str] | None = None
 
     def stored_layer_ids(self, view: SampleView) -> tuple[int, ...] | None:
         """The expected layer ids in the order ``view`` stores its numbered layers (vLLM: ascending, whatever
@@ -64,7 +67,7 @@ class Expectations:
 
     def as_dict(self) -> dict[str, Any]:
         out = {}
-        for name in ("hidden_size", "dtype", "layers", "layer_ids", "vocab_size"):
+        for name in ("hidden_size", "dtype", "layers", "layer_ids", "vocab_size", "model_type"):
             value = getattr(self, name)
             out[name] = value.as_dict() if value is not None else None
         return out
@@ -101,8 +104,9 @@ def read_model_config(path: Path) -> ModelInfo:
         dtype = canonical_dtype(dtype) if dtype not in (None, "auto") else None
     except CompatError as exc:
         raise CompatError(f"--model {config}: {exc}") from exc
+    model_type = data.get("model_type") if isinstance(data.get("model_type"), str) else None
     return ModelInfo(config, pick("hidden_size"), pick("num_hidden_layers", "n_layers"), dtype,
-                     pick("vocab_size"))
+                     pick("vocab_size"), model_type)
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,8 @@ def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: i
         out["layers"] = Expected(len(ids.value), ids.source)
     if model is not None and model.vocab_size:
         out["vocab_size"] = Expected(int(model.vocab_size), f"vocab_size in {model.path}")
+    if model is not None and model.model_type:
+        out["model_type"] = Expected(model.model_type, f"model_type in {model.path}")
     if model is not None and model.num_layers and "layer_ids" in out:
         bad = [i for i in out["layer_ids"].value if not 0 <= i < model.num_layers]
         if bad:

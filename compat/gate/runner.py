@@ -161,7 +161,8 @@ def _dataset_subjects(scanned: list[tuple[str, FileValues]], found: Found, conte
     standings: dict[Key, Standing] = {}
     summaries = {}
     for (directory, layout), members in datasets.items():
-        run = compare_samples(members)
+        model_type = contexts[layout].expected.model_type
+        run = compare_samples(members, model_type.value if model_type else None)
         summaries[f"{where(root, directory, None)[0]} ({layout.value})"] = run.summary
         standings.update(((s.values.view.file, s.values.view.index), s) for s in run.standings)
     subjects = [(key[0], key[1], s, contexts[s.values.view.layout]) for key, s in standings.items()]

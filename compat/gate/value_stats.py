@@ -36,9 +36,13 @@ class LayerStats:
     first_zero: int | None = None
     median_rms: float = 0.0
     """Median over tokens of the per-token RMS (NaN ignored)."""
-    body_rms: float | None = None
-    """The same without the first token (the attention sink, whose state is far larger in trained models);
-    None for a sample of one token. What the dataset comparison (``compat.gate.consistency``) compares."""
+    by_position: tuple[tuple[int, int, float], ...] = ()
+    """``(bucket, tokens, median log RMS)`` over the positions ``2**bucket .. 2**(bucket + 1) - 1`` (the first
+    token, the attention sink, left out): a state's size depends on its position (early tokens attend to few),
+    so the dataset comparison (``compat.gate.consistency``) compares samples position band by position band."""
+    spread: float = 0.0
+    """How much the tokens' log RMS vary within their position bands: 1.4826 x the median absolute deviation.
+    With the token count, how far this sample's medians may stray by chance alone."""
     repeated_rows: int = 0
     """Tokens whose row is identical to the previous token's although their token ids differ (never, in a
     model's states: two different tokens enter as two different embeddings)."""
@@ -199,8 +203,7 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     for s, median in zip(stats, medians.nanmedian(dim=0).values.tolist()):
         s.median_rms = median
     if tokens > 1:
-        for s, body in zip(stats, medians[1:].nanmedian(dim=0).values.tolist()):
-            s.body_rms = body
+        _by_position(medians[1:].clamp_min(1e-30).log(), stats)
     groups: dict[bytes, list[int]] = {}
     for i, digest in enumerate(digests):
         groups.setdefault(digest.digest(), []).append(i)
@@ -216,6 +219,26 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
             odd = tuple(sorted(set(mask.unique().tolist()) - {0, 1}))  # bools compare equal to 0 and 1
     return SampleValues(view, tuple(stats), identical, id_range, odd, all_zero, read,
                         _prefix(st, ids, n, hidden, plan))
+
+
+def _by_position(logs, stats: list[LayerStats]) -> None:
+    """Each layer's median log RMS per band of positions (1, 2-3, 4-7, ...; ``logs`` starts at position 1), and
+    the spread of the tokens around their band's median."""
+    import torch
+
+    bands, residuals = [], []
+    start, bucket = 0, 0
+    while start < logs.shape[0]:
+        stop = min(logs.shape[0], 2 ** (bucket + 1) - 1)
+        part = logs[start:stop]
+        median = part.nanmedian(dim=0).values
+        bands.append((bucket, stop - start, median.tolist()))
+        residuals.append(part - median)
+        start, bucket = stop, bucket + 1
+    spreads = (torch.cat(residuals).abs().nanmedian(dim=0).values * 1.4826).tolist()
+    for i, s in enumerate(stats):
+        s.by_position = tuple((b, count, medians[i]) for b, count, medians in bands)
+        s.spread = spreads[i]
 
 
 def _repeated(x, sums, start: int, lo: int, stats: list[LayerStats], judged, last_rows: dict) -> None:

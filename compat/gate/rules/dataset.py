@@ -31,16 +31,17 @@ def _consistency(s: Standing, ctx: Context) -> Sequence[RuleFinding]:
                          "positions the same state")
             expected.append(f"row within {p.bound:.3g}")
         else:
-            parts.append(f"{where}: the two disagree by more than the dtype's {p.floor:.3g}, and which one is wrong "
-                         "cannot be told from two")
+            parts.append(f"{where}: the two are {2 * p.distance:.3g} apart, more than the dtype's {p.floor:.3g}, and "
+                         "which one is wrong cannot be told from two")
             expected.append(f"row within {p.floor:.3g}")
         found.append(f"{p.distance:.3g}")
     c = s.scale
     if c is not None and c.off:
         decided = True
         parts.append(f"{names[c.slot]}: median per-token RMS is {c.ratio:.3g}x the dataset's median, "
-                     f"{c.deviations:.3g} robust deviations away (the {c.samples} samples spread by a factor "
-                     f"{c.spread:.3g}; off means over {SCALE_DEVIATIONS:g} deviations and a factor {SCALE_FACTOR:g})")
+                     f"{c.deviations:.3g} deviations away (the {c.samples} samples spread by a factor {c.spread:.3g}, "
+                     f"this one's {c.rows} tokens make its median uncertain by a factor {c.own:.3g}; off means over "
+                     f"{SCALE_DEVIATIONS:g} deviations and a factor {SCALE_FACTOR:g})")
         expected.append(f"scale about 1x (spread x{c.spread:.3g})")
         found.append(f"{c.ratio:.3g}x")
     if not parts:
