@@ -15,9 +15,10 @@ Two comparisons, each said to have run or not, and why:
   check calibrates itself on the dataset.
 - **Scale.** Per stored layer, each sample's per-token RMS against the other samples', position band by band
   (positions 1, 2-3, 4-7, ...: early tokens attend to few and are larger; the first token, the attention sink,
-  is left out): its offset from each band's median over the samples, in logs, averaged over its tokens; then in
+  is left out): its offset from each band's median over the samples (of each sample's mean log RMS there),
+  averaged over its tokens; then in
   deviations: the dataset's robust spread of those offsets (1.4826 x their median absolute deviation) combined
-  with the sample's own chance (a median of T tokens strays by about 1.2533 x their spread / sqrt(T)). A sample
+  with the sample's own chance (a mean of T tokens strays by about their spread / sqrt(T)). A sample
   is off when it is more than ``SCALE_DEVIATIONS`` deviations and a factor ``SCALE_FACTOR`` away. Judged only
   where ``SCALE_MIN_SAMPLES`` samples of ``SCALE_MIN_TOKENS`` tokens or more have that shape.
 """
@@ -206,10 +207,10 @@ def _scale(values: Sequence[SampleValues], judged: list[int], slot: int, scale: 
     center = statistics.median(offsets.values())
     spread = 1.4826 * statistics.median(abs(x - center) for x in offsets.values())
     for k, x in offsets.items():
-        # The dataset's spread, and this sample's own chance: a median of T tokens whose logs spread by s strays
-        # by about 1.2533 s / sqrt(T) (a short prompt's is a rough one).
+        # The dataset's spread, and this sample's own chance: a mean of T tokens whose logs spread by s strays by
+        # about s / sqrt(T) (a short prompt's is a rough one).
         layer = values[k].layers[slot]
-        own = 1.2533 * layer.spread / math.sqrt(max(1, layer.rows - 1))
+        own = layer.spread / math.sqrt(max(1, layer.rows - 1))
         width = math.hypot(spread, own)
         gap = abs(x - center)
         deviations = gap / width if width > 0 else (math.inf if gap > 0 else 0.0)
