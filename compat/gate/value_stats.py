@@ -224,24 +224,27 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
 def _by_position(logs, stats: list[LayerStats]) -> None:
     """Each layer's mean log RMS per band of positions (1, 2-3, 4-7, ...; ``logs`` starts at position 1), and
     the spread of the tokens around their band's mean (1.2533 x the mean absolute deviation: the standard
-    deviation, for a normal spread). Means, not medians: one scatter for every band and layer, where a median
-    would cost a call per band (a non-finite row is the finite rule's finding, and left out here)."""
-    import torch
+    deviation, for a normal spread). The bands are contiguous runs of rows, so one ``reduceat`` sums them all
+    (a median per band would cost a call per band); a non-finite row is the finite rule's finding, left out."""
+    import numpy as np
 
-    rows, n = logs.shape
-    band = torch.floor(torch.log2(torch.arange(1, rows + 1, dtype=torch.float64))).long()
-    bands = int(band[-1]) + 1
-    finite = torch.isfinite(logs)
-    values = torch.where(finite, logs, torch.zeros(()))
-    sums = torch.zeros(bands, n).index_add_(0, band, values)
-    counts = torch.zeros(bands, n).index_add_(0, band, finite.float())
-    means = sums / counts  # NaN for a band with no finite row: left out by the comparison
-    deviation = torch.where(finite, (logs - means[band]).abs(), torch.zeros(()))
-    spreads = (1.2533 * deviation.sum(dim=0) / finite.sum(dim=0).clamp_min(1)).tolist()
-    tokens = torch.bincount(band, minlength=bands).tolist()
+    x = logs.numpy()
+    rows = x.shape[0]
+    starts = [0]
+    while 2 * starts[-1] + 1 < rows:
+        starts.append(2 * starts[-1] + 1)  # band b starts at position 2**b, row 2**b - 1
+    finite = np.isfinite(x)
+    values = np.where(finite, x, 0.0)
+    counts = np.add.reduceat(finite, starts, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.add.reduceat(values, starts, axis=0) / counts  # NaN for a band without a finite row
+    sizes = np.diff(starts + [rows])
+    deviation = np.where(finite, np.abs(x - np.repeat(means, sizes, axis=0)), 0.0)
+    spreads = (1.2533 * deviation.sum(axis=0) / np.maximum(finite.sum(axis=0), 1)).tolist()
     by_layer = means.T.tolist()
+    sizes = sizes.tolist()
     for i, s in enumerate(stats):
-        s.by_position = tuple(zip(range(bands), tokens, by_layer[i]))
+        s.by_position = tuple(zip(range(len(starts)), sizes, by_layer[i]))
         s.spread = spreads[i]
 
 
