@@ -127,17 +127,22 @@ def read_directory(path: str) -> Directory:
     gate reads a file's values right after its header, and checking again would cost a tenth of loading it.
     """
     global _last_read
-    with open(path, "rb", buffering=0) as handle:
-        info = os.fstat(handle.fileno())
+    # os.open, not open(): no file object to build and close for each of many small files; O_NONBLOCK as in
+    # Directory.read.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
         identity = (path, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
         if _last_read is not None and _last_read[0] == identity:
             return _last_read[1]
         size = info.st_size
-        source = _Source(handle.fileno(), size)
+        source = _Source(fd, size)
         cd_offset, cd_size, count = _end_record(source, size)
         if cd_size > MAX_DIRECTORY:
             raise ArchiveRefused(f"its central directory is {cd_size} bytes, over the {MAX_DIRECTORY}-byte limit")
         members, declared = _members(source, cd_offset, cd_size, count)
+    finally:
+        os.close(fd)
     if declared > inflation_limit(size):
         raise ZipBomb(f"its {len(members)} members declare {declared} bytes uncompressed from a {size}-byte file "
                       f"({declared / max(size, 1):.0f}x), over the limit of {INFLATION_BASE >> 20} MiB + "
