@@ -23,7 +23,7 @@ def tensor_info(value: Any, key: str, item: int | None = None) -> TensorInfo | N
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if shape is None or dtype is None:
         return None
-    return TensorInfo(key, str(dtype).removeprefix("torch."), tuple(int(d) for d in shape), item)
+    return TensorInfo(key, str(dtype).removeprefix("torch."), tuple(map(int, shape)), item)
 
 
 def stacked_sample(file: str, hs: TensorInfo, ids: TensorInfo | None) -> SampleView:
