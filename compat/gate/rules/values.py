@@ -65,18 +65,21 @@ def _zero_rows(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
         return ()
     names = slot_names(v.view, ctx.expected)
     # A layer that is all zeros is nonzero_layer's finding; here, the rows of the others.
-    bad = [(names[i], s) for i, s in enumerate(v.layers) if s.zero_rows and s.nonzero]
+    bad = [(names[i], s.zero_rows, s.first_zero) for i, s in enumerate(v.layers) if s.zero_rows and s.nonzero]
     if not bad:
         return ()
-    tokens = v.layers[0].rows
-    parts = "; ".join(f"{name}: {s.zero_rows} of {tokens} rows, first at token {s.first_zero}"
-                      for name, s in _first(bad))
-    if len(bad) > SHOWN:
-        parts += f"; and {len(bad) - SHOWN} more layers"
+    parts = _rows_per_layer(bad, v.layers[0].rows)
     return [RuleFinding(f"rows of all zeros in {len(bad)} of {len(v.layers)} layers ({parts}): a token's state is "
                         "never all zeros, so these rows were never written (padding stored as states, a buffer "
                         "cut short, or rows lost in a batch)", "store only the rows of the sample's real tokens, "
                         "each captured", found=parts)]
+
+
+def _rows_per_layer(bad: list[tuple[str, int, int | None]], tokens: int) -> str:
+    """``name: n of T rows, first at token t`` for the first layers of ``bad`` (name, rows, first), and how many
+    more layers there are."""
+    parts = "; ".join(f"{name}: {n} of {tokens} rows, first at token {first}" for name, n, first in _first(bad))
+    return parts + (f"; and {len(bad) - SHOWN} more layers" if len(bad) > SHOWN else "")
 
 
 ZERO_ROWS = Rule("zero_rows", "--values: no token's state is all zeros in any layer", Phase.VALUES, _zero_rows)
@@ -100,14 +103,10 @@ def _distinct_rows(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
     if not isinstance(v, SampleValues):
         return ()
     names = slot_names(v.view, ctx.expected)
-    bad = [(names[i], s) for i, s in enumerate(v.layers) if s.repeated_rows]
+    bad = [(names[i], s.repeated_rows, s.first_repeated) for i, s in enumerate(v.layers) if s.repeated_rows]
     if not bad:
         return ()
-    tokens = v.layers[0].rows
-    parts = "; ".join(f"{name}: {s.repeated_rows} of {tokens} rows, first at token {s.first_repeated}"
-                      for name, s in _first(bad))
-    if len(bad) > SHOWN:
-        parts += f"; and {len(bad) - SHOWN} more layers"
+    parts = _rows_per_layer(bad, v.layers[0].rows)
     return [RuleFinding(f"rows equal to the row before them although their tokens differ, in {len(bad)} of "
                         f"{len(v.layers)} layers ({parts}): two different tokens never have the same state, so one "
                         "row was stored for several tokens (a broadcast, an index that did not advance)",
