@@ -48,8 +48,11 @@ def _consistency(s: Standing, ctx: Context) -> Sequence[RuleFinding]:
         return ()
     why = (": this sample was computed by other weights (a fine-tuned copy, another checkpoint), scaled, or with its "
            "rows shifted" if decided else "")
-    return [RuleFinding("; ".join(parts) + why, "re-extract it with the dataset's model; --reference recomputes "
-                        "outliers first", expected="; ".join(expected), found="; ".join(found),
+    fix = "re-extract it with the dataset's model; --reference recomputes outliers first"
+    if p is not None and p.off and ctx.expected.model_type is None:
+        fix += ("; pass --model: the shared rows of MoE/MLA models differ from batch to batch by more than the "
+                "dtype's floor, and their model type gets a looser one")
+    return [RuleFinding("; ".join(parts) + why, fix, expected="; ".join(expected), found="; ".join(found),
                         status=Status.BROKEN if decided else Status.UNKNOWN)]
 
 
