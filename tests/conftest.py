@@ -36,6 +36,14 @@ def build():
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen3(tmp_path_factory) -> Path:
+    """A tiny Qwen3 (hidden 64, random weights), built once for every gate test that recomputes with HF."""
+    from compat.models import build as build_model
+
+    return build_model("qwen3", tmp_path_factory.mktemp("qwen3") / "qwen3", hidden_size=64).path
+
+
+@pytest.fixture(scope="session")
 def audit(speculators_scan, build):
     """Audit speculators 0.3.0 against a release (without written-for evidence unless asked)."""
 

@@ -9,7 +9,6 @@ import pytest
 
 from compat.findings import Status
 from compat.gate import GateOptions, run_gate
-from compat.models import build
 
 from .gate_files import layered, write_data_config, write_eagle, write_speculators, write_vllm
 
@@ -18,8 +17,8 @@ transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    return build("qwen3", tmp_path_factory.mktemp("agree") / "qwen3", hidden_size=64).path
+def model(tiny_qwen3) -> Path:
+    return tiny_qwen3
 
 
 @pytest.fixture(scope="module")

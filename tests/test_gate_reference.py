@@ -10,7 +10,6 @@ import pytest
 from compat.findings import Status
 from compat.gate import GateOptions, run_gate
 from compat.gate.recompute import tolerance
-from compat.models import build
 
 from .gate_files import write_data_config, write_eagle, write_speculators
 
@@ -19,8 +18,8 @@ transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    return build("qwen3", tmp_path_factory.mktemp("ref") / "qwen3", hidden_size=64).path
+def model(tiny_qwen3) -> Path:
+    return tiny_qwen3
 
 
 @pytest.fixture(scope="module")

@@ -144,7 +144,7 @@ def _value_subjects(scanned: list[tuple[str, FileValues]], base: Context,
             yield path, None, values.failure, base
 
 
-def measures_values(options: GateOptions) -> bool:
+def _measures_values(options: GateOptions) -> bool:
     """``--values``, or ``--reference``, which picks the samples to recompute from what the values show."""
     return options.values or options.reference is not None
 
@@ -189,7 +189,7 @@ def _read(files: list[str], options: GateOptions, exp: expect.Expectations,
     for n, path in enumerate(files, 1):
         view = read_file(path, options.layout, hidden_hint, layers_hint)
         views.append(view)
-        if measures_values(options) and view.failure is None:
+        if _measures_values(options) and view.failure is None:
             scanned.append((path, scan_file(view, exp.vocab_size is not None)))
         if progress is not None:
             progress(n, len(files))
