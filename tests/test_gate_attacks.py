@@ -6,12 +6,14 @@ and end as one finding each, with a complete report for the other files."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
 from compat.findings import Status
 from compat.gate import GateOptions, run_gate
+from compat.gate.read.files import read_file
 from compat.models import build
 
 from .gate_files import layered, write_data_config, write_eagle, write_speculators, write_vllm
@@ -247,13 +249,27 @@ def test_a_fifo_and_a_device_are_findings_never_opened(tmp_path):
     _good(tmp_path)
     os.mkfifo(tmp_path / "data_0.pt")
     os.symlink("/dev/zero", tmp_path / "data_1.pt")
+    # Under the safetensors suffix too, whose files the listing's entry types spare a stat.
+    os.mkfifo(tmp_path / "data_2.safetensors")
+    os.symlink("/dev/zero", tmp_path / "data_3.safetensors")
     for flags in ((), ("--values",)):
         run = run_capped(tmp_path, *flags, timeout=60)
         assert run.returncode == 1 and run.report is not None, run.stderr
-        assert "FIFO" in _one_line_finding(run, "data_0.pt")["message"]
-        assert "character device" in _one_line_finding(run, "data_1.pt")["message"]
+        for fifo, device in (("data_0.pt", "data_1.pt"), ("data_2.safetensors", "data_3.safetensors")):
+            assert "FIFO" in _one_line_finding(run, fifo)["message"]
+            assert "character device" in _one_line_finding(run, device)["message"]
         assert [f["status"] for f in run.findings("good")] == ["ok"]
         assert run.max_rss_mb < 1024
+
+
+def test_a_file_swapped_for_a_fifo_after_it_was_listed_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "data_0.safetensors"
+    os.mkfifo(fifo)
+    outcome = []
+    reader = threading.Thread(target=lambda: outcome.append(read_file(str(fifo), listed_regular=True)), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert outcome and "not a regular file" in outcome[0].failure.message
 
 
 def test_symlink_loops_are_one_line_findings(tmp_path):

@@ -13,17 +13,22 @@ from compat.gate.read.files import DATA_SUFFIXES
 
 DATA_CONFIG = "data_config.json"
 _DIGITS = re.compile(r"(\d+)")
+_SUFFIXES = tuple(DATA_SUFFIXES)
 
 
 def natural_key(path: str) -> tuple:
     """``data_2.pt`` before ``data_10.pt`` (directories compare as text, names by their numbers)."""
     head, _, name = path.rpartition(os.sep)
-    return head, tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(name))
+    parts = _DIGITS.split(name)  # text, digits, text, ...: the digits at odd places
+    parts[1::2] = map(int, parts[1::2])
+    return head, tuple(parts)
 
 
-def _walk(top: str, files: list[str], loops: list[str]) -> None:
+def _walk(top: str, files: list[str], loops: list[str], regular: set[str]) -> None:
     """Data files under ``top``, depth first; a directory reached twice (a symlink loop, or two links to one
-    directory) is walked once and the later link listed in ``loops``."""
+    directory) is walked once and the later link listed in ``loops``. Those the listing itself says are regular
+    files (no link, no FIFO or device: the directory entry's type, read without a system call) go in ``regular``
+    too, so reading them needs no ``stat`` first."""
     # os.scandir, not os.walk + pathlib: listing 100k files must cost less than checking them. A stack, not
     # recursion: a tree nested thousands deep is not a reason to crash.
     seen: set[tuple[int, int]] = set()
@@ -46,9 +51,18 @@ def _walk(top: str, files: list[str], loops: list[str]) -> None:
                     continue  # dot-files are other tools' in-progress writes (atomic renames), not data
                 if _is_dir(entry):
                     subdirs.append(entry.path)
-                elif os.path.splitext(entry.name)[1] in DATA_SUFFIXES:
+                elif entry.name.endswith(_SUFFIXES):  # the name's suffix: it does not begin with "."
                     files.append(entry.path)  # whatever it is: reading says when it is not a regular file
+                    if _is_regular(entry):
+                        regular.add(entry.path)
         stack.extend(sorted(subdirs, reverse=True))
+
+
+def _is_regular(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -66,12 +80,15 @@ class Discovered:
     data_config: Path | None
     loops: list[str] = field(default_factory=list)
     """Directory links that lead back to a directory already walked: not followed, each reported."""
+    regular: frozenset[str] = frozenset()
+    """Files the directory listing says are regular files (not links): read without a ``stat`` first."""
 
 
 def discover(paths: tuple[Path, ...]) -> Discovered:
     """Data files under ``paths`` (natural order), their common root, and a data_config.json if one is there."""
     files: list[str] = []
     loops: list[str] = []
+    regular: set[str] = set()
     configs: list[Path] = []
     for path in paths:
         if not os.path.lexists(path):
@@ -84,7 +101,7 @@ def discover(paths: tuple[Path, ...]) -> Discovered:
             continue
         if _is_file_path(path / DATA_CONFIG):
             configs.append(path / DATA_CONFIG)
-        _walk(os.path.abspath(path), files, loops)
+        _walk(os.path.abspath(path), files, loops, regular)
     if not files and not loops:
         shown = ", ".join(map(str, paths))
         raise CompatError(f"no hidden-state files ({', '.join(sorted(DATA_SUFFIXES))}) under {shown}")
@@ -92,7 +109,8 @@ def discover(paths: tuple[Path, ...]) -> Discovered:
     root = Path(os.path.commonpath([os.path.abspath(p if _is_dir_path(p) else p.parent) for p in paths]))
     if not configs and files and _is_file_path(Path(os.path.dirname(files[0])) / DATA_CONFIG):
         configs.append(Path(os.path.dirname(files[0])) / DATA_CONFIG)
-    return Discovered(files, root, configs[0] if configs else None, sorted(set(loops), key=natural_key))
+    return Discovered(files, root, configs[0] if configs else None, sorted(set(loops), key=natural_key),
+                      frozenset(regular))
 
 
 def _is_dir_path(path: Path) -> bool:

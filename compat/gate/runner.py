@@ -179,7 +179,7 @@ def _confirmed(found: Found) -> None:
                         for rule, f in pairs]
 
 
-def _read(files: list[str], options: GateOptions, exp: expect.Expectations,
+def _read(files: list[str], regular: frozenset[str], options: GateOptions, exp: expect.Expectations,
           progress: Progress | None) -> tuple[list[FileView], list[tuple[str, FileValues]]]:
     """Every file's view, and with ``--values`` what its sound samples' values measure."""
     hidden_hint = exp.hidden_size.value if exp.hidden_size else None
@@ -187,7 +187,7 @@ def _read(files: list[str], options: GateOptions, exp: expect.Expectations,
     views: list[FileView] = []
     scanned: list[tuple[str, FileValues]] = []
     for n, path in enumerate(files, 1):
-        view = read_file(path, options.layout, hidden_hint, layers_hint)
+        view = read_file(path, options.layout, hidden_hint, layers_hint, path in regular)
         views.append(view)
         if _measures_values(options) and view.failure is None:
             scanned.append((path, scan_file(view, exp.vocab_size is not None)))
@@ -206,7 +206,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     found_files = discover(options.paths)
     root, data_config = found_files.root, found_files.data_config
     exp, conflicts = _expectations(options, data_config)
-    views, scanned = _read(found_files.files, options, exp, progress)
+    views, scanned = _read(found_files.files, found_files.regular, options, exp, progress)
     views += [FileView(link, 0, failure=ReadFailure(
         FailureKind.UNREADABLE, "a link to a directory already walked (a symlink loop, or a second link to the "
         "same directory): not walked again", "SymlinkLoop", fix=NOT_DATA)) for link in found_files.loops]

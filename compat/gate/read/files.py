@@ -20,29 +20,43 @@ DATA_SUFFIXES = TORCH_SUFFIXES | {".safetensors"}
 
 
 def read_file(path: str, forced: Layout | None = None, hidden_size: int | None = None,
-              layers: int | None = None) -> FileView:
+              layers: int | None = None, listed_regular: bool = False) -> FileView:
     """Read ``path``'s header (or pickle skeleton) into a FileView; never raises for a bad file.
 
     ``hidden_size`` and ``layers`` (expected values, if known) only disambiguate EAGLE-3's concatenated layers.
     A path that is not a regular file (a FIFO, a device, a socket, a dangling or looping link) is a finding
-    without being opened: a FIFO would block forever and ``/dev/zero`` would never end. Whatever else a
-    hostile file provokes (a RecursionError, a MemoryError) is a finding about that file too.
+    without being opened: a FIFO would block forever, ``/dev/zero`` would never end, and opening some devices
+    acts. A safetensors file its directory listing showed as regular (``listed_regular``, from
+    ``compat.gate.discover``) is opened without a ``stat`` first (a sixth of its check): its reader opens
+    without blocking and reads nothing from what ``fstat`` then shows is not a regular file, which covers a file
+    swapped since it was listed. Whatever else a hostile file provokes (a RecursionError, a MemoryError) is a
+    finding about that file too.
     """
+    size = 0
     try:
+        if listed_regular and path.endswith(".safetensors"):
+            return read_safetensors(path, forced)
         info = os.stat(path)
     except OSError as exc:
         return FileView(path, 0, failure=_cannot_open(exc))
+    except Exception as exc:  # noqa: BLE001 - one bad file is one finding; the run goes on
+        return _crashed(path, file_size(path), exc)
     if not stat.S_ISREG(info.st_mode):
         return FileView(path, 0, failure=_unreadable(
             f"not a regular file but {_file_kind(info.st_mode)}: only regular files hold data", "NotRegularFile",
             fix=NOT_DATA))
     try:
+        size = info.st_size
         if path.endswith(".safetensors"):
             return read_safetensors(path, forced)
-        return read_torch(path, forced, hidden_size, layers, info.st_size)
+        return read_torch(path, forced, hidden_size, layers, size)
     except Exception as exc:  # noqa: BLE001 - one bad file is one finding; the run goes on
-        return FileView(path, info.st_size, failure=_unreadable(one_line(exc), type(exc).__name__,
-                                                                  traceback.format_exc(limit=-8)))
+        return _crashed(path, size, exc)
+
+
+def _crashed(path: str, size: int, exc: Exception) -> FileView:
+    return FileView(path, size, failure=_unreadable(one_line(exc), type(exc).__name__,
+                                                    traceback.format_exc(limit=-8)))
 
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),

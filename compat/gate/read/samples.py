@@ -34,7 +34,7 @@ def stacked_sample(file: str, hs: TensorInfo, ids: TensorInfo | None) -> SampleV
     layers: tuple[TensorInfo, ...] = ()
     if len(hs.shape) == 3:
         key, dtype, shape = hs.key, hs.dtype, (hs.shape[0], hs.shape[2])
-        layers = tuple(TensorInfo(key, dtype, shape, None, i) for i in range(hs.shape[1]))
+        layers = tuple([TensorInfo(key, dtype, shape, None, i) for i in range(hs.shape[1])])
     return SampleView(file, None, Layout.VLLM_SAFETENSORS, ids, layers, stacked=hs)
 
 

@@ -46,6 +46,8 @@ class SampleView:
     @property
     def numbered(self) -> int:
         """Layers that carry a layer id: all but EAGLE-3's ``target`` (the final-norm state, not a captured layer)."""
+        if self.layout is not Layout.EAGLE:  # read for every sample by several rules: no loop where none is needed
+            return len(self.layers)
         return sum(1 for t in self.layers if t.key != "target")
 
     @property
