@@ -3,6 +3,7 @@ of another layout among its dataset's, loss masks that train nothing (findings a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,23 @@ def test_a_flag_against_data_config_fails_and_the_file_judges_the_samples(model,
     assert "--hidden-size 96" in size_finding.message and "model.hidden_size 64" in size_finding.message
     assert result.expected.layer_ids.value == (0, 2) and result.expected.hidden_size.value == 64
     assert [m["state"] for m in result.reference["samples"][0]["layers"]] == [1, 3]
+
+
+def test_a_model_whose_hidden_size_is_not_the_data_configs_is_a_finding(model, hidden, tmp_path):
+    ids, hs = hidden
+    data = _speculators_dataset(tmp_path / "data", hs, ids, [0, 2])
+    other = tmp_path / "other-model"  # another model's config: its hidden size is not the one the data was made with
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 96}))
+    result = run_gate(GateOptions(paths=(data,), model=other))
+    (f,) = result.failing()
+    assert f.check == "data_config" and f.symbol == "data_config.json"
+    assert "--model (hidden_size in" in f.message and "96" in f.message and "model.hidden_size 64" in f.message
+    assert f.fix.startswith("pass the model that wrote this dataset")
+    assert result.expected.hidden_size.value == 64  # the file judged the samples: they pass
+    overridden = run_gate(GateOptions(paths=(data,), model=other, override_data_config=True))
+    assert overridden.expected.hidden_size.value == 96
+    assert {check for check, _, _ in _failing(overridden)} == {"hidden_size"}  # the model judged them: all off
 
 
 def test_a_flag_marked_as_overriding_data_config_wins_and_is_reported(model, hidden, tmp_path):

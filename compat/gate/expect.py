@@ -160,10 +160,12 @@ def _against_config(flag: str, value: Any, config_value: Any, key: str, data_con
 
 def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: int | None = None,
           layer_ids: tuple[int, ...] | None = None, model: ModelInfo | None = None,
-          data_config: DataConfig | None = None,
-          override_data_config: bool = False) -> tuple[Expectations, tuple[Conflict, ...]]:
+          data_config: DataConfig | None = None, override_data_config: bool = False,
+          model_flag: str = "--model") -> tuple[Expectations, tuple[Conflict, ...]]:
     """Combine flags, model config and data_config.json, and say where a flag contradicts data_config.json;
-    flags that contradict each other raise CompatError."""
+    flags that contradict each other raise CompatError. The model's config (``model_flag`` names the flag that
+    gave it) is held to data_config.json as a flag is: a model whose hidden size is not the one the data was
+    written with is the wrong model, or the file is wrong."""
     if layers is not None and layer_ids is not None and len(layer_ids) != layers:
         raise CompatError(f"--layers {layers} contradicts --layer-ids (which names {len(layer_ids)})")
     conflicts: list[Conflict] = []
@@ -182,7 +184,10 @@ def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: i
     if stated_hidden is not None:
         out["hidden_size"] = stated_hidden
     elif model is not None and model.hidden_size:
-        out["hidden_size"] = Expected(int(model.hidden_size), f"hidden_size in {model.path}")
+        size, stated = int(model.hidden_size), dc.hidden_size if dc else None
+        out["hidden_size"] = Expected(size, f"hidden_size in {model.path}") if stated in (None, size) else \
+            _against_config(f"{model_flag} (hidden_size in {model.path})", size, stated, "model.hidden_size", dc,
+                            override_data_config, conflicts)
     elif data_config is not None and data_config.hidden_size:
         out["hidden_size"] = Expected(int(data_config.hidden_size), f"model.hidden_size in {data_config.path}")
     if dtype is not None:

@@ -68,7 +68,8 @@ def _expectations(options: GateOptions,
     dc = expect.read_data_config(data_config) if data_config else None
     return expect.build(hidden_size=options.hidden_size, dtype=options.dtype, layers=options.layers,
                         layer_ids=options.layer_ids, model=model, data_config=dc,
-                        override_data_config=options.override_data_config)
+                        override_data_config=options.override_data_config,
+                        model_flag="--model" if options.model else "--reference")
 
 
 def _judge(phase: Phase, subjects: Subjects, found: Found) -> list[Key]:

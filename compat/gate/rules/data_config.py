@@ -24,12 +24,19 @@ def _data_config(c: ReadSubject, _ctx: Context) -> Sequence[RuleFinding]:
     if c.overridden:
         return [RuleFinding(f"{flag} overrides {config}: the samples are judged by the flag", expected=config,
                             found=flag, allowed="--override-data-config: the flags win over data_config.json")]
+    first = "pass the model that wrote this dataset" if c.flag.source.startswith(_MODEL_FLAGS) else \
+        f"drop {c.flag.source}"
     return [RuleFinding(f"{flag} contradicts {config}: the samples are judged by data_config.json",
-                        f"drop {c.flag.source}, correct the data_config.json, or pass --override-data-config if the "
-                        "file is the one that is wrong", expected=config, found=flag)]
+                        f"{first}, correct the data_config.json, or pass --override-data-config if the file is the "
+                        "one that is wrong", expected=config, found=flag)]
+
+
+_MODEL_FLAGS = ("--model", "--reference")
+"""Flags whose value is a model: its config's hidden size is what they state."""
 
 
 DATA_CONFIG = Rule(
-    "data_config", "--hidden-size, --layers and --layer-ids agree with data_config.json beside the files (the file "
-                   "wins; --override-data-config: the flags win, reported as allowed)",
+    "data_config", "--hidden-size, --layers, --layer-ids and the hidden size of --model's config agree with "
+                   "data_config.json beside the files (the file wins; --override-data-config: the flags win, reported "
+                   "as allowed)",
     Phase.READ, _data_config)
