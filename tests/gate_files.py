@@ -81,3 +81,16 @@ def speculators_generate_slicing(aux_hidden_states, input_ids_list: list[list[in
                         "hidden_states": layer_states, "loss_mask": None})
         offset += seq_len
     return results
+
+
+def markdown_tokens(text: str) -> list:
+    """A Markdown report parsed as GitHub reads it (CommonMark and tables), by markdown-it-py (rich's own)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table").parse(text)
+
+
+def markdown_text(text: str) -> str:
+    """What a reader sees of a Markdown report, as text: its text and inline code, in order."""
+    inline = [child for t in markdown_tokens(text) if t.type == "inline" for child in t.children or ()]
+    return " ".join(child.content for child in inline if child.type in ("text", "code_inline"))

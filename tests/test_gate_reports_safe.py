@@ -19,7 +19,7 @@ from compat.gate.cli import main
 from compat.gate.collect import MESSAGE_LIMIT
 from compat.gate.options import GateOptions
 from compat.gate.runner import run_gate
-from tests.gate_files import layered, write_data_config, write_speculators, write_vllm
+from tests.gate_files import layered, markdown_text, markdown_tokens, write_data_config, write_speculators, write_vllm
 
 H = 16
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J"
@@ -66,6 +66,8 @@ def test_control_sequences_in_files_never_reach_a_report(hostile, tmp_path, fmt)
         return
     if fmt == "junit":
         ET.fromstring(text)  # valid XML: raw control characters are not
+    if fmt == "markdown":
+        text = markdown_text(text)  # markup characters are escaped in the source: what a reader sees counts
     assert f"layer{SHOWN_AS}" in text and f"os.system{SHOWN_AS}" in text, text
 
 
@@ -182,3 +184,30 @@ def test_long_lists_are_cut_with_a_count_of_what_was_left_out(tmp_path):
     left = len(long["message"]) - MESSAGE_LIMIT  # what no rule foresees (one name of 5,000 characters): the cap
     assert 0 < left < 100 and long["message"].endswith(" more characters)"), long["message"][-80:]
     assert all(len(f["message"]) < MESSAGE_LIMIT + 100 for f in findings)
+
+
+
+MARKUP = "x`y [a](https:e.example) <img src=z> *b* |c| &amp; ``"
+
+
+def test_markdown_shows_names_as_written_never_as_markup(tmp_path):
+    """A name may hold what Markdown reads as a link, an image, HTML, emphasis, code or a table pipe: the
+    pull-request comment shows it as written wherever file-derived text appears (table cells and lists)."""
+    directory = tmp_path / "data"
+    directory.mkdir()
+    save_file({f"layer{MARKUP}": torch.zeros(2)}, str(directory / f"{MARKUP}.safetensors"))
+    code, text = _gate(tmp_path, str(directory), "--format", "markdown", "--show-ok")
+    assert code == 1
+    tokens = markdown_tokens(text)
+    inline = {child.type for t in tokens if t.type == "inline" for child in t.children or ()}
+    assert not inline & {"link_open", "image", "html_inline", "em_open", "strong_open"}, inline
+    html = [t.content.strip() for t in tokens if t.type == "html_block"]
+    assert all(block.startswith(("<details><summary>", "</details>")) for block in html), html  # the report's own
+    shown = markdown_text(text)
+    assert f"{MARKUP}.safetensors" in shown and f"layer{MARKUP}" in shown, shown
+    widths = []  # cells per table row: a pipe in a name adds none
+    for i, t in enumerate(tokens):
+        if t.type == "tr_open":
+            row = tokens[i + 1:tokens.index(next(u for u in tokens[i:] if u.type == "tr_close"), i)]
+            widths.append(sum(u.type in ("td_open", "th_open") for u in row))
+    assert widths and set(widths) == {6}, widths  # the counts table (5 statuses, allowed), the findings table

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from compat.findings import Status
@@ -13,13 +14,30 @@ if TYPE_CHECKING:
 _ICON = {Status.OK: "✅", Status.BROKEN: "❌", Status.CHANGED: "⚠️", Status.UNKNOWN: "❔", Status.ERROR: "💥"}
 
 
+_MARKUP = re.compile(r"[\\`*\[<&~|]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+"""What opens markup in running text in Markdown (GitHub's): emphasis (``_`` only at a word's edge, as in
+``seq_len`` it opens none), links and images, HTML and autolinks, entities, code, strikethrough, table pipes.
+A file's name or a tensor's can hold any of it: ``[x](https://…)`` would be a link in the pull request,
+``<img src=…>`` an image fetched from anywhere."""
+
+
 def _cell(text: str | None) -> str:
-    """One line of a table cell or list item, its control characters (from the files read) escaped."""
-    return escaped((text or "").replace("\n", " ")).replace("|", "\\|")
+    """One line of a table cell or list item as plain text: control characters (from the files read) escaped,
+    Markdown's markup characters shown as themselves."""
+    return _MARKUP.sub(lambda m: "\\" + m.group(), escaped((text or "").replace("\n", " ")))
 
 
-def _code(text: str | None) -> str:
-    return f"`{_cell(text)}`" if text else ""
+def _code(text: str | None, in_table: bool = True) -> str:
+    """``text`` as inline code, which Markdown shows as written: fenced by more backticks than any run of them
+    in it (a name may hold backticks); in a table, pipes escaped (GitHub splits cells at them even in code)."""
+    if not text:
+        return ""
+    inner = escaped(text.replace("\n", " "))
+    if in_table:
+        inner = inner.replace("|", "\\|")
+    fence = "`" * (max(map(len, re.findall("`+", inner)), default=0) + 1)
+    pad = " " if inner.startswith("`") or inner.endswith("`") else ""
+    return f"{fence}{pad}{inner}{pad}{fence}"
 
 
 def render(result: Reportable, color: bool = False, show_ok: bool = False) -> str:
@@ -46,11 +64,12 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
             out.append("<details><summary>Evidence (signature written for → audited)</summary>")
             out.append("")
             for f in evidence:
-                out.append(f"- `{_cell(f.symbol)}` at {_code(f.consumer_location)}")
+                out.append(f"- {_code(f.symbol, False)} at {_code(f.consumer_location, False)}")
                 if f.evidence.written_for:
-                    out.append(f"  - was ({f.evidence.written_for_build}): {_code(f.evidence.written_for)}")
+                    out.append(f"  - was ({_cell(f.evidence.written_for_build)}): "
+                               f"{_code(f.evidence.written_for, False)}")
                 if f.evidence.audited:
-                    out.append(f"  - now: {_code(f.evidence.audited)}")
+                    out.append(f"  - now: {_code(f.evidence.audited, False)}")
             out.append("")
             out.append("</details>")
             out.append("")
@@ -58,7 +77,7 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
         oks = [f for f in result.findings if f.status is Status.OK]
         out.append(f"<details><summary>{len(oks)} ok</summary>")
         out.append("")
-        out += [f"- {_cell(f.check)} {_code(f.consumer_location)}: {_cell(f.message)}" for f in oks]
+        out += [f"- {_cell(f.check)} {_code(f.consumer_location, False)}: {_cell(f.message)}" for f in oks]
         out.append("")
         out.append("</details>")
     return "\n".join(out) + "\n"
