@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import io
 import pickle
+import pickletools
 import struct
 import tracemalloc
 import zipfile
@@ -460,3 +461,36 @@ def test_oversized_pickles_and_sets_are_refused(tmp_path):
     harmless = pickle.dumps({"pad": "\x8f" * (100 << 10)}, protocol=2)  # the byte, but no set
     (tmp_path / "ok.pt").write_bytes(zip_bytes([stored("a/data.pkl", harmless)]))
     assert read_archive(str(tmp_path / "ok.pt")).pickle == harmless
+
+
+def _built_onto(path: Path, state: dict) -> Path:
+    """A speculators sample whose pickle, after building its layer's tensor, BUILDs ``state`` onto it as slot
+    state (pickle's way of setting a slotted object's fields: here the stub's ``shape``, ``offset`` or ``stride``,
+    after ``_rebuild_tensor_v2`` checked them)."""
+    buffer = io.BytesIO()
+    torch.save({"input_ids": torch.arange(4), "hidden_states": [torch.zeros(4, 8)], "loss_mask": torch.ones(4).long()},
+               buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as src, zipfile.ZipFile(path, "w") as dst:
+        for name in src.namelist():
+            data = src.read(name)
+            if name.endswith("data.pkl"):
+                # Before the APPEND of the built layer; the state without memo opcodes (they would overwrite
+                # the memo the rest of the pickle reads).
+                after_layer = next(at for op, _, at in pickletools.genops(data) if op.name == "APPEND")
+                built = pickletools.optimize(pickle.dumps(state, 2))[2:-1]
+                data = data[:after_layer] + b"N" + built + b"\x86b" + data[after_layer:]
+            dst.writestr(name, data)
+    return path
+
+
+@pytest.mark.parametrize("state", [{"shape": (4, 16)}, {"offset": 1 << 28}, {"stride": (0, 0)}])
+def test_state_built_onto_a_checked_tensor_is_judged_by_torch_load(tmp_path, state):
+    """torch.load refuses such a pickle (it calls ``tensor.set_(*state)``): the gate, which read the stub as
+    changed, passed it with a shape or offset torch never loads; now it says the file does not load."""
+    path = _built_onto(tmp_path / "data_0.pt", state)
+    with pytest.raises(Exception) as refused:
+        torch.load(path, weights_only=True)
+    view = read_file(str(path))
+    assert view.failure is not None and not view.samples
+    assert view.failure.message.startswith("torch.load(weights_only=True) failed") and \
+        type(refused.value).__name__ == view.failure.error_type, view.failure

@@ -70,6 +70,9 @@ class StorageRef:
     def nbytes(self) -> int:
         return self.numel * ITEMSIZE[self.dtype]
 
+    def __setstate__(self, _state) -> None:
+        _refuse_build()
+
 
 @dataclass(slots=True)
 class TensorStub:
@@ -91,11 +94,24 @@ class TensorStub:
             expected *= size
         return True
 
+    def __setstate__(self, _state) -> None:
+        _refuse_build()
+
+
+def _refuse_build() -> None:
+    """Pickle's BUILD on what the reader made: it would set a stub's shape, offset or storage after
+    ``_rebuild_tensor_v2`` checked them (torch sets such state aside, as an attribute of the tensor). Not a
+    plain pickle: torch.load decides, and the gate reads what it loads."""
+    raise NotPlain("the pickle sets state on a tensor or storage after building it (BUILD)")
+
 
 
 class _StorageType:
     def __init__(self, dtype: str) -> None:
         self.dtype = dtype
+
+    def __setstate__(self, _state) -> None:
+        _refuse_build()
 
 
 def _rebuild_tensor_v2(storage, offset, size, stride, *_rest) -> TensorStub:
