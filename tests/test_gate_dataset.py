@@ -195,6 +195,28 @@ def test_repeated_rows_are_counted_across_read_parts(tmp_path, monkeypatch):
         assert [(s.repeated_rows, s.first_repeated) for s in v.layers] == [(0, None), (1, 4), (0, None)]
 
 
+@pytest.mark.parametrize("hidden", [37, 300])  # kept as they are; projected
+def test_the_first_rows_kept_are_the_same_however_the_sample_is_read(tmp_path, monkeypatch, hidden):
+    """The first rows are kept from the scan's first part when it holds them, else read on their own: rows,
+    layers or columns at a time, the kept rows (or their projections) are the same."""
+    from compat.gate import value_stats
+    from compat.gate.read.files import read_file
+
+    from .gate_files import write_vllm
+
+    x = torch.randn(10, 3, hidden)
+    path = write_vllm(tmp_path / "p.safetensors", torch.arange(10), x)
+    whole = value_stats.scan_file(read_file(str(path)), False).samples[0].prefix
+    expected = x[:value_stats.PREFIX_ROWS]
+    if hidden > value_stats.PROJECTED:
+        expected = expected @ value_stats._projection(hidden)
+    assert whole.ids == (0, 1, 2, 3) and torch.allclose(whole.rows, expected, atol=1e-5)
+    for chunk in (3 * hidden * 4 * 2, hidden * 4, 16):  # two rows, one layer's row, four columns at a time
+        monkeypatch.setattr(value_stats, "CHUNK_BYTES", chunk)
+        parts = value_stats.scan_file(read_file(str(path)), False).samples[0].prefix
+        assert parts.ids == whole.ids and torch.allclose(parts.rows, whole.rows, atol=1e-5), chunk
+
+
 def test_two_models_datasets_side_by_side_are_not_compared_with_each_other(model, hf, fine_tuned, tmp_path):
     _dataset(tmp_path / "base", model, hf)
     _dataset(tmp_path / "tuned", model, fine_tuned)

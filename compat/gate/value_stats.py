@@ -173,6 +173,8 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
         new_token[1:] = ids[1:] != ids[:-1]
     last_rows: dict[int, Any] = {}  # per first layer of a part: the part's last row, for the next part's first
     read = 0
+    prefix = _Prefix(ids, n, hidden)
+    folded = plan.rows >= prefix.count  # the first part holds the first rows: no second read for them
     # Per part, a few tensor operations over all its layers (not per layer, not per statistic) keep small files
     # cheap and large ones near memory speed; NaN and Inf propagate into the sum of squares, so the exact scans
     # run only on parts where it points at them.
@@ -185,6 +187,8 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
             for c0 in range(0, hidden, plan.columns):
                 x = st.part(start, stop, lo, hi, c0, min(hidden, c0 + plan.columns))
                 read += x.numel() * x.element_size()
+                if folded and start == 0:
+                    prefix.add(x[:prefix.count], 0, lo, c0)
                 sums, is_zero = _measure(x, start, lo, stats, squares, zero)
                 if plan.columns == hidden:  # whole rows: compare each with the one before
                     _repeated(x, sums, start, lo, stats, new_token[start:stop] & ~is_zero.T, last_rows)
@@ -217,8 +221,9 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
         all_zero = not bool(mask.any())
         if bool(((mask != 0) & (mask != 1)).any()):  # unique() costs 20 times more
             odd = tuple(sorted(set(mask.unique().tolist()) - {0, 1}))  # bools compare equal to 0 and 1
-    return SampleValues(view, tuple(stats), identical, id_range, odd, all_zero, read,
-                        _prefix(st, ids, n, hidden, plan))
+    if not folded:
+        prefix.read(st, plan)
+    return SampleValues(view, tuple(stats), identical, id_range, odd, all_zero, read, prefix.made())
 
 
 def _by_position(logs, stats: list[LayerStats]) -> None:
@@ -274,26 +279,38 @@ def _repeated(x, sums, start: int, lo: int, stats: list[LayerStats], judged, las
             s.repeated_rows += count
 
 
-def _prefix(st: SampleTensors, ids, n: int, hidden: int, plan: _Plan) -> Prefix:
-    """The first rows, read in the parts of ``plan`` and projected part by part (a projection is a sum over
-    columns)."""
-    import torch
+class _Prefix:
+    """A sample's first rows as they are read (projected part by part: a projection is a sum over columns)."""
 
-    count = min(PREFIX_ROWS, int(ids.numel()), st.view.layers[0].shape[0])
-    projection = _projection(hidden)
-    rows = torch.zeros(count, n, PROJECTED if projection is not None else hidden)
-    for r0 in range(0, count, plan.rows):
-        r1 = min(count, r0 + plan.rows)
-        for lo in range(0, n, plan.layers):
-            hi = min(n, lo + plan.layers)
-            for c0 in range(0, hidden, plan.columns):
-                c1 = min(hidden, c0 + plan.columns)
-                x = st.part(r0, r1, lo, hi, c0, c1).float()
-                if projection is None:
-                    rows[r0:r1, lo:hi, c0:c1] = x
-                else:
-                    rows[r0:r1, lo:hi] += x @ projection[c0:c1]
-    return Prefix(tuple(ids[:count].tolist()), rows)
+    def __init__(self, ids, n: int, hidden: int) -> None:
+        import torch
+
+        self.ids = ids
+        self.count = min(PREFIX_ROWS, int(ids.numel()))
+        self.projection = _projection(hidden)
+        self.rows = torch.zeros(self.count, n, PROJECTED if self.projection is not None else hidden)
+
+    def add(self, x, r0: int, lo: int, c0: int) -> None:
+        """Part ``x``: rows ``r0..``, layers ``lo..``, columns ``c0..`` (stored dtype)."""
+        r1, hi, c1 = r0 + x.shape[0], lo + x.shape[1], c0 + x.shape[2]
+        if self.projection is None:
+            self.rows[r0:r1, lo:hi, c0:c1] = x.float()
+        else:
+            self.rows[r0:r1, lo:hi] += x.float() @ self.projection[c0:c1]
+
+    def read(self, st: SampleTensors, plan: _Plan) -> None:
+        """The first rows read on their own, in the parts of ``plan``: for rows so wide that the scan's first
+        part holds fewer than ``PREFIX_ROWS`` of them."""
+        n, hidden = self.rows.shape[1], st.view.layers[0].shape[1]
+        for r0 in range(0, self.count, plan.rows):
+            r1 = min(self.count, r0 + plan.rows)
+            for lo in range(0, n, plan.layers):
+                hi = min(n, lo + plan.layers)
+                for c0 in range(0, hidden, plan.columns):
+                    self.add(st.part(r0, r1, lo, hi, c0, min(hidden, c0 + plan.columns)), r0, lo, c0)
+
+    def made(self) -> Prefix:
+        return Prefix(tuple(self.ids[:self.count].tolist()), self.rows)
 
 
 def _identical(st: SampleTensors, candidates: list[int], tokens: int, hidden: int, itemsize: int) -> list[tuple]:
