@@ -88,6 +88,20 @@ def make(directory: Path, files: int, pt_files: int, hidden: int) -> None:
                     "loss_mask": torch.ones(t, dtype=torch.long)}, pt_dir / f"data_{i}.pt")
 
 
+def make_distinct(directory: Path, source: Path, files: int) -> None:
+    """``files`` of ``source``'s vLLM files again, each header made unlike any other by a ``__metadata__`` entry:
+    the gate parses a header once per run and remembers it (most of a dataset's repeat, one token count at a
+    time), so these measure a dataset where none repeats."""
+    if directory.is_dir() and len(os.listdir(directory)) == files:
+        return
+    from safetensors.torch import load_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        save_file(load_file(str(source / f"hs_{i}.safetensors")), str(directory / f"hs_{i}.safetensors"),
+                  metadata={"sample": str(i)})
+
+
 def make_large(directory: Path, files: int) -> None:
     if directory.is_dir() and len(os.listdir(directory)) == files:
         return
@@ -301,6 +315,13 @@ def main() -> None:
         seconds = timed(gate([root / "vllm"]), args.repeat)
         per_file("  gate header-only, vllm-safetensors", len(st), seconds, opened)
         line("  gate header-only, vllm-safetensors", len(st), seconds, st_bytes)
+        distinct = min(len(st), 3000)
+        make_distinct(root / "vllm-distinct", root / "vllm", distinct)
+        unique = sorted(str(p) for p in (root / "vllm-distinct").iterdir())
+        per_file(f"  ... {distinct} of them, no two headers alike: open-only", distinct,
+                 unique_opened := timed(open_only(unique), args.repeat))
+        per_file(f"  ... {distinct} of them, no two headers alike: gate", distinct,
+                 timed(gate([root / "vllm-distinct"]), args.repeat), unique_opened)
         line("  safetensors library: safe_open + shapes (reference)", len(st), timed(library, args.repeat),
              st_bytes)
         opened = timed(open_only(pt), args.repeat)

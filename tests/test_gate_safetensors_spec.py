@@ -330,3 +330,19 @@ def test_hostile_files_are_one_finding_each_through_the_cli(tmp_path):
         assert "\n" not in finding["message"] and len(finding["message"]) < 400, finding["message"]
     assert [f["status"] for f in findings if f["symbol"] == "good.safetensors"] == ["ok"]
     assert len(findings) == len(names) + 1
+
+
+def test_a_header_read_before_is_checked_against_each_files_size(tmp_path):
+    """Headers of the same bytes parse the same (the gate parses one once per run), but each file's size is its
+    own: a copy cut short is truncated, a copy with bytes after the last tensor refused, each time."""
+    whole = tmp_path / "a.safetensors"
+    save_file({"x": torch.zeros(4)}, str(whole))
+    raw = whole.read_bytes()
+    (tmp_path / "short.safetensors").write_bytes(raw[:-4])
+    (tmp_path / "long.safetensors").write_bytes(raw + bytes(4))
+    for _ in range(2):
+        assert read_header(whole).tensors["x"].shape == (4,)
+        with pytest.raises(HeaderError, match="truncated"):
+            read_header(tmp_path / "short.safetensors")
+        with pytest.raises(HeaderError, match="follow the last tensor"):
+            read_header(tmp_path / "long.safetensors")

@@ -66,6 +66,9 @@ def collect(views: list[FileView], found: Found, ignore: frozenset[str], root: P
     datasets = sorted((key for key in found if key[0] not in files), key=lambda key: key[0])
     findings = [_finding(top, key, rule, f) for key in datasets for rule, f in found[key] if rule not in ignore]
     for view in views:
+        if (view.path, None) not in found and (not view.samples or view.samples[0].index is None):
+            findings.append(_passed(top, view))  # a file of one sample nothing failed: most files of most runs
+            continue
         keys = [(view.path, None)] + [(view.path, s.index) for s in view.samples if s.index is not None]
         shown = [_finding(top, key, rule, f) for key in keys for rule, f in found.get(key, ()) if rule not in ignore]
         if not any(f.status is not Status.OK for f in shown):

@@ -32,6 +32,7 @@ from compat.gate.discover import discover
 from compat.gate.options import GateOptions
 from compat.gate.read.files import NOT_DATA, read_file
 from compat.gate.read.layouts import Layout
+from compat.gate.read.safetensors_header import forget_headers
 from compat.gate.read.views import FailureKind, FileView, ReadFailure, SampleView
 from compat.gate.recompute import recompute
 from compat.gate.result import GateResult, GateSummary
@@ -187,10 +188,11 @@ def _read(files: list[str], regular: frozenset[str], options: GateOptions, exp: 
     layers_hint = exp.layers.value if exp.layers else None
     views: list[FileView] = []
     scanned: list[tuple[str, FileValues]] = []
+    values = _measures_values(options)
     for n, path in enumerate(files, 1):
         view = read_file(path, options.layout, hidden_hint, layers_hint, path in regular)
         views.append(view)
-        if _measures_values(options) and view.failure is None:
+        if values and view.failure is None:
             scanned.append((path, scan_file(view, exp.vocab_size is not None)))
         if progress is not None:
             progress(n, len(files))
@@ -204,6 +206,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     if unknown:
         raise CompatError(f"--ignore {', '.join(unknown)}: no such rule (see --list-rules)")
     started = time.perf_counter()
+    forget_headers()  # a run costs what its own files do, whatever ran before it in this process
     found_files = discover(options.paths)
     root, data_config = found_files.root, found_files.data_config
     exp, conflicts = _expectations(options, data_config)

@@ -26,6 +26,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
+from functools import lru_cache
 from math import inf
 from operator import itemgetter
 from typing import NoReturn
@@ -66,25 +67,46 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
     Linear in the header's size: one C-speed JSON parse, one pass over its entries, one sort by offsets; the
     stricter reading (``_check_strictly``) only for a header whose text hints at what it checks. A 100 MB header
     of 1.4 million tensors costs under twice what ``safe_open`` does, in less memory (benchmarks/gate_speed.py);
-    running out of memory on one is said as such."""
+    running out of memory on one is said as such. A small header whose bytes (and file size) were parsed
+    before is not parsed again (``_parsed_before``). The header returned is shared: not to be changed."""
     length = 0
+    try:
+        size, raw = _read(path)
+        length = len(raw)
+        if type(raw) is bytes:  # a header read at once: at most _FIRST_READ bytes
+            return _parsed_before(raw, size)
+        return _parsed(raw, size)
+    except MemoryError:
+        raise HeaderError(f"header{f' of {length} bytes' if length else ''} is too large to read in the memory "
+                          "available") from None
+
+
+def _parsed(raw: bytes | bytearray, size: int) -> SafetensorsHeader:
     enabled = gc.isenabled()
     gc.disable()  # parsing makes millions of containers and no cycles: the collector's passes would triple the cost
     try:
-        size, raw = _read(path)
         length = len(raw)
         document = _parse(raw)
         del raw
         tensors, spans = _tensors(document)
         del document
         _check_layout(tensors, spans, size - 8 - length, 8 + length)
-    except MemoryError:
-        raise HeaderError(f"header{f' of {length} bytes' if length else ''} is too large to read in the memory "
-                          "available") from None
     finally:
         if enabled:
             gc.enable()
     return SafetensorsHeader(tensors, size, spans, 8 + length)
+
+
+_parsed_before = lru_cache(maxsize=4096)(_parsed)
+"""``_parsed`` of a small header, remembered: the files of one dataset differ in their token count, so most
+headers of a large dataset repeat one read before (a sample of 300 tokens is like every other of 300 tokens),
+and parsing and checking one costs two thirds of a small file's read. Its headers' bytes and what they parse to
+are under 4,096 x about 3 KB; an error is not remembered, and raised again each time."""
+
+
+def forget_headers() -> None:
+    """Parse every header again from now on: what one run remembers does not speed up (or hide from) the next."""
+    _parsed_before.cache_clear()
 
 
 def _read(path: str | os.PathLike) -> tuple[int, bytes | bytearray]:

@@ -7,6 +7,7 @@ and raised as ``LayoutMismatch`` when nothing can (not a dict, keys of no known 
 from __future__ import annotations
 
 import heapq
+from functools import lru_cache
 from typing import Any
 
 from compat.gate.read.layouts import Layout, classify
@@ -31,11 +32,15 @@ def stacked_sample(file: str, hs: TensorInfo, ids: TensorInfo | None) -> SampleV
 
     The index is None even for an entry of a list file (kept as the gate always had it).
     """
-    layers: tuple[TensorInfo, ...] = ()
-    if len(hs.shape) == 3:
-        key, dtype, shape = hs.key, hs.dtype, (hs.shape[0], hs.shape[2])
-        layers = tuple([TensorInfo(key, dtype, shape, None, i) for i in range(hs.shape[1])])
+    layers = _columns(hs.key, hs.dtype, hs.shape) if len(hs.shape) == 3 else ()
     return SampleView(file, None, Layout.VLLM_SAFETENSORS, ids, layers, stacked=hs)
+
+
+@lru_cache(maxsize=4096)
+def _columns(key: str, dtype: str, shape: tuple[int, int, int]) -> tuple[TensorInfo, ...]:
+    """The layers of a stacked ``[T, n_layers, H]`` tensor, made once per shape (files of one token count share
+    them; they are immutable)."""
+    return tuple([TensorInfo(key, dtype, (shape[0], shape[2]), None, i) for i in range(shape[1])])
 
 
 def names(tensors: dict[str, TensorInfo], shown: int = 8) -> str:
