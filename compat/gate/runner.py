@@ -205,6 +205,10 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     unknown = sorted(set(options.ignore) - set(RULES))
     if unknown:
         raise CompatError(f"--ignore {', '.join(unknown)}: no such rule (see --list-rules)")
+    if _measures_values(options):
+        # --values reads tensors with torch: where it is missing the run stops saying what to install
+        # (compat.cli), rather than calling every file broken.
+        import torch  # noqa: F401
     started = time.perf_counter()
     forget_headers()  # a run costs what its own files do, whatever ran before it in this process
     found_files = discover(options.paths)

@@ -6,10 +6,8 @@ Exit codes: 0 built, 2 bad input (unknown architecture or dtype, occupied direct
 from __future__ import annotations
 
 import argparse
-import sys
-import traceback
 
-from compat.errors import CompatError
+from compat.cli import guarded
 from compat.models import ARCHITECTURES, DTYPES, build
 
 
@@ -33,30 +31,20 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    try:
-        if args.command == "list":
-            for arch in ARCHITECTURES:
-                print(arch)
-            return 0
-        built = build(args.arch, args.directory, dtype=args.dtype, hidden_size=args.hidden_size,
-                      num_layers=args.layers, seed=args.seed, force=args.force,
-                      max_positions=args.max_positions)
-        print(f"{built.path}: {built.architecture} {built.spec.dtype}, hidden {built.spec.hidden_size}, "
-              f"{built.spec.num_layers} layers, {built.parameters:,} parameters, tokenizer vocab "
-              f"{built.tokenizer_vocab}")
+    return guarded("compat.models", args.debug, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "list":
+        for arch in ARCHITECTURES:
+            print(arch)
         return 0
-    except CompatError as exc:
-        print(f"compat.models: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except Exception as exc:  # noqa: BLE001 - a failed build still ends with one clear line
-        if args.debug:
-            traceback.print_exc()
-        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        where = f" at {frame.filename}:{frame.lineno}" if frame else ""
-        print(f"compat.models: internal error: {type(exc).__name__}: {exc}{where} (rerun with --debug)",
-              file=sys.stderr)
-        return 2
+    built = build(args.arch, args.directory, dtype=args.dtype, hidden_size=args.hidden_size, num_layers=args.layers,
+                  seed=args.seed, force=args.force, max_positions=args.max_positions)
+    print(f"{built.path}: {built.architecture} {built.spec.dtype}, hidden {built.spec.hidden_size}, "
+          f"{built.spec.num_layers} layers, {built.parameters:,} parameters, tokenizer vocab {built.tokenizer_vocab}")
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
