@@ -100,8 +100,8 @@ def _parsed(raw: bytes | bytearray, size: int) -> SafetensorsHeader:
 _parsed_before = lru_cache(maxsize=4096)(_parsed)
 """``_parsed`` of a small header, remembered: the files of one dataset differ in their token count, so most
 headers of a large dataset repeat one read before (a sample of 300 tokens is like every other of 300 tokens),
-and parsing and checking one costs two thirds of a small file's read. Its headers' bytes and what they parse to
-are under 4,096 x about 3 KB; an error is not remembered, and raised again each time."""
+and parsing and checking one costs two thirds of a small file's read. At most 4,096 headers of at most 4 KiB are
+kept with what they parse to (under 30 MB); an error is not remembered, and raised again each time."""
 
 
 def forget_headers() -> None:
