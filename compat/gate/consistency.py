@@ -12,7 +12,11 @@ Two comparisons, each said to have run or not, and why:
   with its rows shifted is off by as much as the reference would find it off. A group of two that disagree
   cannot say which one is wrong: both are undecided. A stored layer where the typical sample is not within half
   the floor of its group decides nothing (synthetic data, or not one causal model's states), as the pairing
-  check calibrates itself on the dataset.
+  check calibrates itself on the dataset. Each sample also counts the shared rows where it agrees with its group
+  at every layer: kernels that round by batch leave some rows alike (the first, whose attention sees one token)
+  and move the others by a few percent (an MoE router picks among near-tied experts, and a flip moves the
+  layers after it), while other weights, a scale or shifted rows move every shared row
+  (``PrefixDeviation.like_batch_rounding``).
 - **Scale.** Per stored layer, each sample's per-token RMS against the other samples', position band by band
   (positions 1, 2-3, 4-7, ...: early tokens attend to few and are larger; the first token, the attention sink,
   is left out): its offset from each band's median over the samples (of each sample's mean log RMS there),
@@ -27,17 +31,22 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from compat.gate.recompute import tolerance
+from compat.gate.recompute import LOOSE_MODEL_TYPES, tolerance
 from compat.gate.value_stats import SampleValues
 
 MARGIN = 8.0
 """A sample is off when its distance to the group's median row is over this many times the group's typical one:
 were the distances of right samples half-normal, 8 typical ones is 5.4 standard deviations, which one right sample
 in ten million reaches (4 would be one in 150: dozens in a large dataset whose kernels round by batch)."""
+LOOSEST = max(t.max_rel for t in LOOSE_MODEL_TYPES.values())
+"""The loosest model type's floor (MoE/MLA): how far batch-dependent rounding may move such a model's rows.
+Measured on a tiny DeepSeek-V3 extracted by vLLM in bfloat16, samples sharing first tokens differ by up to 6.5%
+(1-4% typically) past their first row, with that row alike; a wrong or shifted sample is off by 50-150% at every
+shared row."""
 SCALE_DEVIATIONS = 8.0
 SCALE_FACTOR = 1.25
 SCALE_MIN_SAMPLES = 8
@@ -62,10 +71,19 @@ class PrefixDeviation:
     floor: float
     decided: bool
     """False for a group of two: the two disagree, and which is wrong cannot be told."""
+    agreeing: int = 0
+    """This sample's shared rows where it is within the bound of its group at every compared layer."""
 
     @property
     def off(self) -> bool:
         return self.distance > self.bound
+
+    @property
+    def like_batch_rounding(self) -> bool:
+        """Off, yet alike at one of its shared rows at every layer and within ``LOOSEST`` of the group: what
+        kernels that round by batch make of an MoE/MLA model's rows, which only its model type can tell from a
+        fault."""
+        return self.off and self.agreeing > 0 and self.distance <= LOOSEST
 
 
 @dataclass(frozen=True)
@@ -153,6 +171,7 @@ def compare_samples(values: Sequence[SampleValues], model_type: str | None = Non
         for slot, column in enumerate(by_slot):
             everyone[(shape, slot)] += column
     usable = {key: statistics.median(ds) <= _floor(key[0], model_type) / 2 for key, ds in everyone.items()}
+    apart: dict[tuple[int, int], bool] = defaultdict(bool)  # a sample's shared row off at one layer or more
     for shape, tokens, members, by_slot in measured:
         floor = _floor(shape, model_type)
         for slot, column in enumerate(by_slot):
@@ -165,9 +184,12 @@ def compare_samples(values: Sequence[SampleValues], model_type: str | None = Non
             else:
                 bound, decided = max(floor, MARGIN * typical), True
             for (k, t), d in zip(members, column):
+                apart[(k, t)] |= d > bound
                 found = PrefixDeviation(slot, t, tokens, len(members), d, typical, bound, floor, decided)
                 if _worse(found, prefix.get(k)):
                     prefix[k] = found
+    agreeing = Counter(k for (k, _), off in apart.items() if not off)
+    prefix = {k: replace(p, agreeing=agreeing[k]) for k, p in prefix.items()}
     unusable = sorted({slot for (_, slot), ok in usable.items() if not ok})
     for shape, ks in by_shape.items():
         judged = [k for k in ks if values[k].view.tokens is not None and values[k].view.tokens >= SCALE_MIN_TOKENS]
