@@ -65,6 +65,17 @@ class Place:
         return {"file": self.file, "line": self.line, "sample": self.sample}
 
 
+def by_place(finding: Finding) -> tuple[str, int]:
+    """A finding's place as a sort key: its file, then its line (or sample) as a number (``:30`` before
+    ``:109``); a finding without a place by its location's text."""
+    place = finding.place
+    if place is not None:
+        return place.file, place.line or place.sample or 0
+    where = finding.consumer_location or ""
+    file, _, line = where.rpartition(":")  # a probe that made no Place: for sorting only, never for a report
+    return (file, int(line)) if file and line.isdigit() else (where, 0)
+
+
 @dataclass(frozen=True)
 class Finding:
     check: str

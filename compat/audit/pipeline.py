@@ -16,7 +16,7 @@ from compat.consumer.model import Scan, TouchPoint
 from compat.consumer.scan import cached_scan
 from compat.consumer.source import open_consumer
 from compat.errors import CompatError
-from compat.findings import Confirmation, Evidence, Finding, Place, Status
+from compat.findings import Confirmation, Evidence, Finding, Place, Status, by_place
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, Probe, ProbeContext
 from compat.vllm.builds import OpenedBuild, open_build
 from compat.vllm.surface import Found, Lookup, Missing, Surface
@@ -95,7 +95,7 @@ class Auditor:
                 used.save()
         if self.options.allow is not None:
             findings = allowlist.apply(findings, allowlist.load(self.options.allow))
-        findings.sort(key=lambda f: (f.status.rank, f.consumer_location or "", f.check))
+        findings.sort(key=lambda f: (f.status.rank, *by_place(f), f.check, f.symbol))
         return AuditResult(scan, surface.build, tuple(findings),
                            reference.build if reference is not None else None, tuple(notes), self.options.strict)
 
