@@ -30,8 +30,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", default=None,
                    help="upgrade mode: audit this build too and report only what changed between the two")
     p.add_argument("--written-for", default="auto",
-                   help="the vLLM the consumer was written for, shown as evidence (default: its metadata pin; "
-                        "'none' to skip)")
+                   help="the vLLM the consumer was written for, shown as evidence (default: its own pin, from "
+                        "pyproject.toml, setup.cfg, requirements*.txt or its metadata; 'none' to skip)")
     p.add_argument("--format", choices=[f.value for f in Format], default=Format.TERMINAL.value)
     p.add_argument("--output", type=Path, help="write the report to this file instead of standard output")
     p.add_argument("--reports-dir", type=Path, default=Path("reports"),

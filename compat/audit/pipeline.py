@@ -13,6 +13,7 @@ from compat.audit import allowlist
 from compat.audit.result import AuditResult
 from compat.consumer.guards import GuardExpr, HasAttr, Imports, evaluate, render
 from compat.consumer.model import Scan, TouchPoint
+from compat.consumer.pins import resolve_pin
 from compat.consumer.scan import cached_scan
 from compat.consumer.source import open_consumer
 from compat.errors import CompatError
@@ -56,8 +57,14 @@ class Auditor:
         from compat.gate.progress import ProgressBar
 
         # A cold scan of a large consumer takes seconds: a bar on a terminal (never in logs or CI).
-        return cached_scan(open_consumer(self.options.consumer, self.options.target), self.options.target,
+        scan = cached_scan(open_consumer(self.options.consumer, self.options.target), self.options.target,
                            everything=self.options.all_files, progress=ProgressBar.for_terminal(unit="module walks"))
+        if self.options.written_for != "auto":
+            return scan
+        from compat.sources import index
+
+        # A range pin (``vllm>=0.11,<0.13``) was written for the newest release it admits: the index says which.
+        return resolve_pin(scan, lambda: index.releases(self.options.target))
 
     def run(self, scan: Scan | None = None, opened: OpenedBuild | None = None,
             written_for: Surface | None | str = "auto") -> AuditResult:

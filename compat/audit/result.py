@@ -36,8 +36,11 @@ class AuditResult(Verdict):
 
     def facts(self) -> list[tuple[str, str]]:
         scan = self.scan
-        facts = [("consumer", f"{scan.name} {scan.version or ''} ({scan.origin})".replace("  ", " ")),
+        facts = [("consumer", f"{scan.name} {scan.version or ''} ({scan.origin})".replace("  ", " ")
+                  + (f"; name from {scan.name_at}" if scan.name_at else "")),
                  ("vLLM", f"{build_label(self.build)} - {self.build.origin}")]
+        if scan.pin is not None:
+            facts.append(("vLLM pin", scan.pin.describe()))
         if self.baseline:
             facts.append(("baseline", f"{build_label(self.baseline)} - {self.baseline.origin}; only what changed "
                                       "between the two builds is listed"))
@@ -54,7 +57,8 @@ class AuditResult(Verdict):
             "generated_by": f"compat {__version__}",
             "mode": self.mode,
             "consumer": {"name": scan.name, "version": scan.version, "origin": scan.origin, "files": scan.files,
-                         "touchpoints": len(scan.touchpoints), "written_for": scan.written_for},
+                         "touchpoints": len(scan.touchpoints), "written_for": scan.written_for,
+                         "name_from": scan.name_at, "pin": asdict(scan.pin) if scan.pin else None},
             "vllm": asdict(self.build),
             "baseline": asdict(self.baseline) if self.baseline else None,
             "written_for": asdict(self.written_for) if self.written_for else None,

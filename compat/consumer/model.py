@@ -247,6 +247,31 @@ class StepLoop:
 
 
 @dataclass(frozen=True)
+class Pin:
+    """The requirement a consumer names its target with (``vllm>=0.11,<0.13``), where it was read, and the build it
+    says the consumer was written for (``compat.consumer.pins``)."""
+
+    requirement: str
+    """As written, with its marker."""
+    at: str
+    """Where it was read: ``pyproject.toml:9 [project] dependencies``, ``requirements.txt:3``, a METADATA file."""
+    kind: str
+    """``exact`` (``==X``), ``upper`` (``<=X``: X), ``range`` (an upper bound: the newest release it admits, read
+    from the package index), ``open`` (no upper bound: no build)."""
+    build: str | None = None
+    note: str | None = None
+    """Why there is no build (an open pin, a range the index could not resolve), or how a range was resolved."""
+
+    def describe(self) -> str:
+        text = f"{self.requirement} ({self.at})"
+        if self.build and self.kind == "range":
+            return f"{text}: written for {self.build}, the newest release the range admits"
+        if self.build:
+            return f"{text}: written for {self.build}"
+        return f"{text}: {self.note}" if self.note else text
+
+
+@dataclass(frozen=True)
 class Scan:
     name: str
     version: str | None
@@ -266,3 +291,7 @@ class Scan:
     class_patches: tuple[ClassPatch, ...] = ()
     left_out: tuple[str, ...] = ()
     """Files of the tree not audited: its tests, examples and docs (``compat.consumer.scan.NOT_SHIPPED``)."""
+    pin: Pin | None = None
+    """The requirement ``written_for`` comes from (or the open one that gives none)."""
+    name_at: str | None = None
+    """Where ``name`` was read (``pyproject.toml:2 [project] name``); None: named after its path or archive."""

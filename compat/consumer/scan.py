@@ -18,12 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import InvalidVersion, Version
-
 from compat.consumer.index import ConsumerIndex, ConsumerModule
 from compat.consumer.model import ConsumerClass, Kind, ReplyUse, Scan, ScanProblem
 from compat.consumer.patches import model_patch
+from compat.consumer.pins import choose_pin, written_for
 from compat.consumer.record import ForwardReplacement, ModuleRecord
 from compat.consumer.state import class_state
 from compat.consumer.steps import step_loops
@@ -51,29 +49,6 @@ def _relpath(root: Path, path: Path) -> str:
         return path.relative_to(root).as_posix()
     except ValueError:
         return path.as_posix()
-
-
-def written_for(requires: tuple[str, ...], target: str) -> str | None:
-    """The exact target version a consumer's metadata pins, e.g. 'vllm==0.11.0; extra == "datagen"'."""
-    for text in requires:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if req.name.lower() != target:
-            continue
-        pins = [s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
-        # An upper bound it accepts (``vllm>=0.8.5,<=0.11.0; extra == "vllm"``) is the newest build it was
-        # written against when nothing is pinned exactly.
-        pins += [s.version for s in req.specifier if s.operator == "<=" and "*" not in s.version]
-        if pins:
-            # A local label names a build of that release (vllm-rbln 0.12.0 pins ``vllm==0.30.0+cpu``): the
-            # audit reads the release itself.
-            try:
-                return Version(pins[0]).public
-            except InvalidVersion:
-                return pins[0]
-    return None
 
 
 def iter_files(tree: SourceTree) -> Iterator[tuple[Path, str, str]]:
@@ -136,9 +111,10 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False,
     return Scan(name=tree.name, version=tree.version, origin=tree.origin, target=target,
                 touchpoints=tuple(touchpoints), problems=tuple(problems), classes=classes,
                 worker_extensions=tuple(dict.fromkeys(index.extensions)),
-                written_for=written_for(tree.requires, target), files=count, root=str(tree.root),
+                written_for=written_for(tree.requires, target, tree.requires_at), files=count, root=str(tree.root),
                 model_patches=model_patches, class_patches=patches, step_loops=loops,
-                left_out=tuple(left_out))
+                left_out=tuple(left_out), pin=choose_pin(tree.requires, tree.requires_at, target),
+                name_at=tree.name_at)
 
 
 SCAN_CODE = ("compat/consumer", "compat/syntax.py", "compat/location.py", "compat/sources")

@@ -20,6 +20,7 @@ import libcst as cst
 from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
 from compat.cache import atomic_write_text
 from compat.consumer.model import Kind, Scan
+from compat.consumer.pins import resolve_pin
 from compat.consumer.scan import scan_tree
 from compat.consumer.source import open_consumer
 from compat.errors import CompatError, UnknownVersion
@@ -112,7 +113,7 @@ def plan_fix(options: FixOptions) -> Fix:
     from fixers import all_fixers
 
     tree = open_consumer(options.consumer, options.target)
-    scan = scan_tree(tree, options.target)
+    scan = resolve_pin(scan_tree(tree, options.target), lambda: index.releases(options.target))
     spec = options.vllm or (f">={scan.written_for}" if scan.written_for else "latest")
     shim = shim_location(scan, tree)
     unknown = set(options.without) - {f.name for f in all_fixers()}

@@ -13,6 +13,7 @@ import json
 import os
 import time
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -179,10 +180,11 @@ def releases(project: str) -> list[Version]:
     return sorted(versions)
 
 
-def resolve(project: str, request: str) -> Version:
-    """The single release ``request`` names: the newest one matching it."""
+def resolve(project: str, request: str, available: Sequence[Version] | None = None) -> Version:
+    """The single release ``request`` names: the newest one matching it; among ``available`` when given (else the
+    index's ``releases``)."""
     kind, spec = parse_request(request)
-    available = releases(project)
+    available = releases(project) if available is None else sorted(available)
     if spec is None:
         if not available:
             raise UnknownVersion(f"the package index lists no release of {project}")

@@ -35,6 +35,14 @@ class SourceTree:
     origin: str
     requires: tuple[str, ...] = ()
     files: tuple[Path, ...] = field(default=(), compare=False)
+    name_at: str | None = None
+    """Where the name was read (``pyproject.toml:2 [project] name``); None: from a path or an archive's name."""
+    requires_at: tuple[str, ...] = ()
+    """Where each of ``requires`` was read, in the same order (empty: the metadata, not said where)."""
+
+    def requirement_at(self, number: int) -> str:
+        """Where requirement ``number`` of ``requires`` was read."""
+        return self.requires_at[number] if number < len(self.requires_at) else "metadata Requires-Dist"
 
     def python_files(self) -> list[Path]:
         if self.files:
@@ -123,15 +131,25 @@ def _packages(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "__init__.py").exists()) if root.is_dir() else []
 
 
-def _read_metadata(top: Path) -> tuple[str | None, str | None, tuple[str, ...]]:
+def _metadata_file(top: Path) -> Path | None:
     found = sorted(top.glob("*.dist-info/METADATA")) or sorted(top.glob("PKG-INFO")) or sorted(
         top.glob("*.egg-info/PKG-INFO"))
-    if not found:
+    return found[0] if found else None
+
+
+def _read_metadata(top: Path) -> tuple[str | None, str | None, tuple[str, ...]]:
+    found = _metadata_file(top)
+    if found is None:
         return None, None, ()
     import email.parser  # here, not at the top: a warm audit reads no metadata
 
-    message = email.parser.Parser().parsestr(found[0].read_text(encoding="utf-8", errors="replace"))
+    message = email.parser.Parser().parsestr(found.read_text(encoding="utf-8", errors="replace"))
     return message.get("Name"), message.get("Version"), tuple(message.get_all("Requires-Dist") or ())
+
+
+def _metadata_at(top: Path, field_name: str) -> str:
+    found = _metadata_file(top)
+    return f"{found.relative_to(top).as_posix()} {field_name}" if found else f"metadata {field_name}"
 
 
 def tree_from_archive(archive: Path, origin: str, package: str | None = None) -> SourceTree:
@@ -153,7 +171,9 @@ def tree_from_archive(archive: Path, origin: str, package: str | None = None) ->
     if package is None and name:
         package = canonicalize_name(name).replace("-", "_")
     root = _find_root(top, package)
-    return SourceTree(root, name or archive.stem, version, origin, requires)
+    return SourceTree(root, name or archive.stem, version, origin, requires,
+                      name_at=f"{archive.name} {_metadata_at(top, 'Name')}" if name and _metadata_file(top) else None,
+                      requires_at=(f"{archive.name} {_metadata_at(top, 'Requires-Dist')}",) * len(requires))
 
 
 def tree_from_release(project: str, request: str) -> SourceTree:
@@ -217,27 +237,60 @@ def tree_from_installed(distribution: str) -> SourceTree:
         raise CompatError(f"installed distribution '{distribution}' has no Python files")
     root = Path(str(dist.locate_file("")))
     origin = f"installed distribution {distribution} {dist.version}"
-    return SourceTree(root, dist.metadata["Name"], dist.version, origin, tuple(dist.requires or ()),
-                      tuple(sorted(files)))
+    requires = tuple(dist.requires or ())
+    return SourceTree(root, dist.metadata["Name"], dist.version, origin, requires, tuple(sorted(files)),
+                      name_at="installed metadata Name",
+                      requires_at=("installed metadata Requires-Dist",) * len(requires))
 
 
 def tree_from_path(path: Path, package: str | None = None) -> SourceTree:
-    """A .py file, a package directory, or a directory holding packages (e.g. a git checkout)."""
+    """A .py file, a package directory, or a directory holding packages (e.g. a git checkout).
+
+    A directory holding a project (``pyproject.toml``, ``setup.cfg``, ``requirements*.txt``) takes its name and
+    requirements from those files, before its metadata (``compat.sources.project``). A file or a package directory
+    inside a project, or a directory below the project's root, keeps its own name (the audit covers only it) and
+    takes the project's requirements: the nearest project at or above it, never outside its repository."""
     path = Path(path).resolve()
     if not path.exists():
         raise CompatError(f"{path}: no such file or directory")
     if path.is_file():
         if path.suffix != ".py":
             raise CompatError(f"{path}: not a .py file, wheel or sdist")
-        return SourceTree(path.parent, path.stem, None, f"file {path}", (), (path,))
+        return _with_project(SourceTree(path.parent, path.stem, None, f"file {path}", (), (path,)), path, False)
     if (path / "__init__.py").exists() and not (package and (path / package / "__init__.py").exists()):
         root = path.parent
         files = tuple(sorted(p for p in path.rglob("*.py") if "__pycache__" not in p.parts))
-        return SourceTree(root, path.name, None, f"directory {path}", (), files)
+        return _with_project(SourceTree(root, path.name, None, f"directory {path}", (), files), path.parent, False)
     root = _find_root(path, package)
     # An unpacked wheel (or a patched copy of one) names itself; a directory of many distributions does not.
     name, version, requires = _read_metadata(path) if len(list(path.glob("*.dist-info"))) <= 1 else (None, None, ())
-    return SourceTree(root, name or path.name, version or _git_version(path), f"source directory {path}", requires)
+    if package is not None:  # a vLLM build: its own project files are not what a consumer pins
+        return SourceTree(root, name or path.name, version or _git_version(path), f"source directory {path}",
+                          requires)
+    tree = SourceTree(root, name or path.name, version or _git_version(path), f"source directory {path}", requires,
+                      name_at=_metadata_at(path, "Name") if name else None,
+                      requires_at=(_metadata_at(path, "Requires-Dist"),) * len(requires))
+    return _with_project(tree, path, True)
+
+
+def _with_project(tree: SourceTree, path: Path, named: bool) -> SourceTree:
+    """``tree`` with what its project's files declare put before its metadata: the name too when ``named`` (the
+    directory audited is the project's own root)."""
+    from compat.sources.project import project_above, read_declared
+
+    root = project_above(path)
+    if root is None:
+        return tree
+    named = named and root == path
+    declared = read_declared(root)
+    where = "" if root == path else f"{root}/"
+    requires_at = tuple(f"{where}{at}" for at in declared.requires_at) + tuple(
+        tree.requirement_at(i) for i in range(len(tree.requires)))
+    name, name_at = tree.name, tree.name_at
+    if named and declared.name:
+        name, name_at = declared.name, declared.name_at
+    return SourceTree(tree.root, name, tree.version, tree.origin, declared.requires + tree.requires, tree.files,
+                      name_at, requires_at)
 
 
 def _git_version(path: Path) -> str | None:
