@@ -85,15 +85,20 @@ def _bisect(setup, touchpoint: str, capsys) -> tuple[int, str, str]:
     return code, out, err
 
 
+def _key(row: dict) -> str:
+    """A row's key made here from its fields (the JSON's own ``key`` is checked against it)."""
+    return f"{row['probe']}|{row['touchpoint']}|{row['location']}"
+
+
 def _keys(setup) -> list[str]:
-    return [row["key"] for row in setup[3]["rows"]]
+    return [_key(row) for row in setup[3]["rows"]]
 
 
 def test_the_matrix_json_carries_the_key_bisect_takes(setup, capsys):
     _, _, text, data = setup
     rows = data["rows"]
-    assert rows and all(row["key"] == f"{row['probe']}|{row['touchpoint']}|{row['location']}" for row in rows)
-    assert len(set(_keys(setup))) == len(rows)
+    assert rows and all(row["key"] == _key(row) for row in rows)
+    assert len({row["key"] for row in rows}) == len(rows)
     line = _line(text, '    return get_x(1, flag=True)')
     row = next(r for r in rows if r["probe"] == "call" and r["location"] == f"mypkg/engine.py:{line}")
     code, out, err = _bisect(setup, row["key"], capsys)
@@ -109,7 +114,7 @@ def test_an_exact_key_is_that_row_even_when_it_is_part_of_another_key(setup, cap
     fine, broken = _line(text, '    return Request("id", [1], sp, None)'), \
         _line(text, '    return Request("id", [1], sp, None, eos_token_id=2)')
     assert str(broken).startswith(str(fine))
-    key = next(r["key"] for r in data["rows"] if r["probe"] == "call" and r["location"] == f"mypkg/engine.py:{fine}")
+    key = next(_key(r) for r in data["rows"] if r["probe"] == "call" and r["location"] == f"mypkg/engine.py:{fine}")
     assert any(k != key and k.startswith(key) for k in _keys(setup))
     code, out, err = _bisect(setup, key, capsys)
     assert code == 1 and "is not bad for this touchpoint (ok)" in err, (out, err)
@@ -129,8 +134,8 @@ def test_many_candidates_are_cut_then_counted(setup, capsys):
     code, out, err = _bisect(setup, "vllm.v1.request.Request", capsys)
     lines = err.splitlines()
     matching = [k for k in _keys(setup) if "vllm.v1.request.Request" in k]
-    assert len(matching) > bisection.SHOWN
     assert code == 2 and out == ""
+    assert len(matching) > bisection.SHOWN
     shown = [line.strip() for line in lines[1:-1]]
     assert len(shown) == bisection.SHOWN and set(shown) <= set(matching)
     assert str(len(matching) - bisection.SHOWN) in lines[-1] and "more" in lines[-1]
