@@ -2,10 +2,11 @@
 
 Each place the consumer touches vLLM becomes one test per build (``vllm-compat::pkg/mod.py:12
 vllm.v1.request.Request[0.12.0]``; ``vllm-compat::build[0.12.0]`` for what is not at a place): it fails when
-the audit finds it broken, changed or in error there, and is skipped when the audit cannot tell (failed too with ``--vllm-compat-strict``). Collection reads only the consumer's
-code; vLLM is read when the first of these tests runs (statically for a version or a path, so vLLM is never
-imported unless the spec is ``installed``). They are collected as any test is (counted, listed, ``-k``), and an
-id pytest prints selects that one test when given back on the command line.
+the audit finds it broken, changed or in error there, and is skipped when the audit cannot tell (failed too
+with ``--vllm-compat-strict``). Collection reads only the consumer's code; vLLM is read when the first of these
+tests runs (statically for a version or a path, so vLLM is never imported unless the spec is ``installed``).
+They are collected as any test is (counted, listed, ``-k``), and an id pytest prints selects that one test when
+given back on the command line.
 
     pytest --vllm-compat=0.12.0 --vllm-compat=">=0.20"      # the consumer is the rootdir
     pytest --vllm-compat=latest --vllm-compat-consumer=src/mypkg
