@@ -1,10 +1,12 @@
 """A pytest plugin: ``pytest --vllm-compat=SPEC`` runs the audit as test cases in a consumer's own suite.
 
-Each place the consumer touches vLLM becomes one test per build (``vllm-compat[0.12.0]::call::pkg/mod.py:12
-vllm.v1.request.Request``): it fails when the audit finds it broken, changed or in error there, and is skipped
-when the audit cannot tell (failed too with ``--vllm-compat-strict``). Collection reads only the consumer's
-code; vLLM is read when the first of these tests runs (statically for a version or a path, so vLLM is never
-imported unless the spec is ``installed``).
+Each place the consumer touches vLLM becomes one test per build (``vllm-compat::pkg/mod.py:12
+vllm.v1.request.Request[0.12.0]``; ``vllm-compat::build[0.12.0]`` for what is not at a place): it fails when
+the audit finds it broken, changed or in error there, and is skipped when the audit cannot tell (failed too
+with ``--vllm-compat-strict``). Collection reads only the consumer's code; vLLM is read when the first of these
+tests runs (statically for a version or a path, so vLLM is never imported unless the spec is ``installed``).
+They are collected as any test is (counted, listed, ``-k``), and an id pytest prints selects that one test when
+given back on the command line.
 
     pytest --vllm-compat=0.12.0 --vllm-compat=">=0.20"      # the consumer is the rootdir
     pytest --vllm-compat=latest --vllm-compat-consumer=src/mypkg
@@ -12,6 +14,7 @@ imported unless the spec is ``installed``).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,10 @@ import pytest
 
 _RESULTS = pytest.StashKey[dict]()
 """Per session (on its config): each build's audit result, and why a build named could not be used."""
+_WANTED = pytest.StashKey[list]()
+"""The ids of this plugin's tests named on the command line, when some are."""
+NAME = "vllm-compat"
+"""The collector of this plugin's tests: their ids start ``vllm-compat::``."""
 FAILING = ("broken", "changed", "error")
 
 
@@ -31,32 +38,98 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--vllm-compat-strict", action="store_true", help="fail when the audit cannot tell")
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    specs = config.getoption("--vllm-compat")
-    if not specs:
+def pytest_configure(config: pytest.Config) -> None:
+    """Arguments that name these tests (``vllm-compat``, ``vllm-compat::build[0.12.0]``, ``vllm-compat::PLACE``)
+    are taken out of the paths pytest collects from: they select among this plugin's tests instead."""
+    if not config.getoption("--vllm-compat"):
         return
-    from compat.audit.pipeline import AuditOptions, Auditor  # consumer side only: vLLM is not read here
-    from compat.matrix.builds import Request, columns_for
+    wanted, rest = [], []
+    for arg in config.args:
+        named = _names_these_tests(config, arg)
+        (wanted if named is not None else rest).append(named if named is not None else arg)
+    if wanted:
+        config.args[:] = rest
+        config.stash[_WANTED] = wanted
 
-    consumer = config.getoption("--vllm-compat-consumer") or str(config.rootpath)
-    scan = Auditor(AuditOptions(consumer=str(Path(consumer).resolve()), confirm="never")).scan_consumer()
-    request = Request(list(specs))
-    results = config.stash.setdefault(_RESULTS, {})
-    places: dict[tuple[str, str], None] = {}
-    for tp in scan.touchpoints:
-        places.setdefault((str(tp.location), tp.symbol), None)
-    for spec in specs:
-        try:
-            builds = [c.spec for c in columns_for(spec, request)]
-        except Exception as exc:  # noqa: BLE001 - an unusable spec is a failing test, not a crashed session
-            builds = [spec]
-            results[(spec, "error")] = f"{type(exc).__name__}: {exc}"
-        for build in builds:
-            items.append(BuildItem.from_parent(session, name=f"vllm-compat[{build}]::build", build=build,
-                                               scan=scan, place=None))
-            for location, symbol in places:
-                items.append(BuildItem.from_parent(session, name=f"vllm-compat[{build}]::{location} {symbol}",
-                                                   build=build, scan=scan, place=(location, symbol)))
+
+def _names_these_tests(config: pytest.Config, arg: str) -> str | None:
+    """``arg`` as a node id relative to the rootdir when it names this plugin's tests (it may be relative to
+    another directory, as pytest prints ids when run from one), else None."""
+    if arg.startswith("-"):
+        return None
+    path, sep, rest = arg.partition("::")
+    full = config.invocation_params.dir / path
+    if full.exists() or os.path.normpath(full) != os.path.normpath(config.rootpath / NAME):
+        return None
+    return NAME + sep + rest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """The session's collection holds this plugin's tests: pytest counts, lists and selects them as it does any
+    collected test."""
+    outcome = yield
+    if not isinstance(collector, pytest.Session) or not collector.config.getoption("--vllm-compat"):
+        return
+    report = outcome.get_result()
+    if report.passed:
+        report.result.append(CompatTests.from_parent(collector, name=NAME, nodeid=NAME))
+
+
+class CompatTests(pytest.Collector):
+    """The audit's tests: one per build (what the audit finds outside the consumer's code) and one per place the
+    consumer touches vLLM and build. Collecting them reads only the consumer's code."""
+
+    def collect(self) -> list[pytest.Item]:
+        config = self.config
+        specs = config.getoption("--vllm-compat")
+        from compat.audit.pipeline import AuditOptions, Auditor  # consumer side only: vLLM is not read here
+        from compat.matrix.builds import Request, columns_for
+
+        consumer = config.getoption("--vllm-compat-consumer") or str(config.rootpath)
+        scan = Auditor(AuditOptions(consumer=str(Path(consumer).resolve()), confirm="never")).scan_consumer()
+        request = Request(list(specs))
+        results = config.stash.setdefault(_RESULTS, {})
+        places: dict[tuple[str, str], None] = {}
+        for tp in scan.touchpoints:
+            places.setdefault((str(tp.location), tp.symbol), None)
+        items: dict[str, BuildItem] = {}
+        for spec in specs:
+            try:
+                builds = [c.spec for c in columns_for(spec, request)]
+            except Exception as exc:  # noqa: BLE001 - an unusable spec is a failing test, not a crashed session
+                builds = [spec]
+                results[(spec, "error")] = f"{type(exc).__name__}: {exc}"
+            for build in builds:
+                label = build.replace("::", ":")
+                for place in [None, *places]:
+                    name = f"{'build' if place is None else _plain(' '.join(place))}[{label}]"
+                    items.setdefault(name, BuildItem.from_parent(self, name=name, build=build, scan=scan,
+                                                                 place=place))
+        wanted = config.stash.get(_WANTED, None)
+        if wanted is None:
+            return list(items.values())
+        chosen = [item for item in items.values() if any(_selects(w, item.nodeid) for w in wanted)]
+        missing = [w for w in wanted if not any(_selects(w, item.nodeid) for item in items.values())]
+        if missing:
+            raise CompatFailure(f"no vllm-compat test is named {', '.join(missing)}")
+        return chosen
+
+    def repr_failure(self, excinfo, style=None):  # type: ignore[override]
+        if isinstance(excinfo.value, CompatFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+def _plain(text: str) -> str:
+    """A place as part of a test's name: no ``::`` (pytest's separator) and no brackets (its parameters')."""
+    return text.replace("::", ":").replace("[", "(").replace("]", ")")
+
+
+def _selects(wanted: str, nodeid: str) -> bool:
+    """As pytest selects: the id itself, everything under a node, or every parameter of a name given bare."""
+    return nodeid == wanted or nodeid.startswith(wanted + "::") or ("[" not in wanted.partition("::")[2]
+                                                                   and nodeid.partition("[")[0] == wanted)
 
 
 class BuildItem(pytest.Item):

@@ -3,12 +3,15 @@
 Between two releases, the releases in between are audited by bisection. Given a vLLM git checkout
 (``--repo``), the commits between two commits are read one at a time with ``git archive`` (never built) and
 bisected the same way; the first bad commit is printed with its subject and the diff hunk of the audited
-symbol. Exit codes: 0 found, 1 the good build is not good or the bad one not bad, 2 the bisection could not run.
+symbol. The touchpoint is named by its row's key in the matrix JSON (``rows[].key``), or by a part of exactly
+one row's key: a key that names no row, or a part of several, exits 2 with the candidates listed. Exit codes: 0
+found, 1 the good build is not good or the bad one not bad, 2 the bisection could not run.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import io
 import re
 import subprocess
@@ -24,6 +27,8 @@ from compat.cli import guarded
 from compat.consumer.model import Scan
 from compat.errors import CompatError
 from compat.findings import Finding
+from compat.matrix.model import row_key
+from compat.report.escaping import escaped
 from compat.sources import index
 from compat.vllm.builds import open_build
 
@@ -42,10 +47,44 @@ class Probe:
         return self.finding is not None and self.finding.status.value in BAD
 
 
-def matches(finding: Finding, wanted: str) -> bool:
-    """``wanted`` names a touchpoint: ``probe|touchpoint|location`` as the matrix keys it, or a part of that."""
-    key = f"{finding.check}|{finding.touchpoint or finding.symbol}|{finding.consumer_location}"
-    return wanted == key or wanted in key
+def key_of(finding: Finding) -> str:
+    """The finding's row key: ``probe|touchpoint|location``, as ``rows[].key`` in the matrix JSON."""
+    return row_key(finding.check, finding.touchpoint or finding.symbol, finding.consumer_location)
+
+
+SHOWN = 10
+"""Candidate keys listed when ``--touchpoint`` names no row or several."""
+
+
+class KeyProblem(CompatError):
+    """``--touchpoint`` names no row, or part of several: never one picked silently."""
+
+    def __init__(self, problem: str, candidates: list[str]) -> None:
+        super().__init__(problem)
+        self.candidates = candidates
+
+    def lines(self) -> list[str]:
+        shown = [f"  {key}" for key in self.candidates[:SHOWN]]
+        if len(self.candidates) > SHOWN:
+            shown.append(f"  ... and {len(self.candidates) - SHOWN} more (rows[].key in the matrix JSON)")
+        return shown
+
+
+def resolve(wanted: str, keys: list[str]) -> tuple[str, bool]:
+    """The row key ``wanted`` names among ``keys``: (key, whether ``wanted`` was only a part of it). The exact
+    key, or a part of exactly one key; else ``KeyProblem`` with the candidates (those it is part of, or the
+    nearest keys)."""
+    if wanted in keys:
+        return wanted, False
+    partial = sorted(k for k in keys if wanted and wanted in k)
+    if len(partial) == 1:
+        return partial[0], True
+    if partial:
+        raise KeyProblem(f"--touchpoint {wanted!r} is part of {len(partial)} row keys, not one; give one of "
+                         "them exactly:", partial)
+    nearest = difflib.get_close_matches(wanted, keys, n=len(keys), cutoff=0.0)
+    raise KeyProblem(f"--touchpoint {wanted!r} is no row's key nor part of one ({len(keys)} rows); the nearest:",
+                     nearest)
 
 
 def bisect(builds: list[str], judge: Callable[[str], Probe]) -> tuple[Probe, Probe, list[Probe]]:
@@ -82,14 +121,25 @@ class Verdict(CompatError):
 
 
 class Judge:
-    """Audits the consumer against one build and picks the touchpoint's finding."""
+    """Audits the consumer against one build (once per build) and picks the finding of the row whose key is
+    ``touchpoint`` exactly."""
 
     def __init__(self, scan: Scan, options: AuditOptions, touchpoint: str, opener: Callable[[str], str]) -> None:
         self.scan, self.options, self.touchpoint, self.opener = scan, options, touchpoint, opener
+        self._findings: dict[str, list[Finding]] = {}
+
+    def findings(self, build: str) -> list[Finding]:
+        if build not in self._findings:
+            result = Auditor(self.options).run(self.scan, open_build(self.opener(build), self.options.target))
+            self._findings[build] = list(result.findings)
+        return self._findings[build]
+
+    def keys(self, *builds: str) -> list[str]:
+        """The row keys of these builds' findings, sorted."""
+        return sorted({key_of(f) for build in builds for f in self.findings(build)})
 
     def __call__(self, build: str) -> Probe:
-        result = Auditor(self.options).run(self.scan, open_build(self.opener(build), self.options.target))
-        found = [f for f in result.findings if matches(f, self.touchpoint)]
+        found = [f for f in self.findings(build) if key_of(f) == self.touchpoint]
         bad = [f for f in found if f.status.value in BAD]
         return Probe(build, (bad or found or [None])[0])
 
@@ -149,7 +199,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--consumer", default=DEFAULT_CONSUMER)
     p.add_argument("--touchpoint", required=True,
-                   help="the touchpoint: probe|touchpoint|location as the matrix JSON keys it, or part of it")
+                   help="the row to bisect: its key probe|touchpoint|location (rows[].key in the matrix JSON), "
+                        "or a part of exactly one row's key")
     p.add_argument("--good", required=True, help="a release (or, with --repo, a commit) where it is fine")
     p.add_argument("--bad", required=True, help="a release (or, with --repo, a commit) where it is broken")
     p.add_argument("--repo", type=Path, help="a vLLM git checkout: bisect its commits instead of releases")
@@ -175,6 +226,17 @@ def _run(args: argparse.Namespace) -> int:
         judge = Judge(scan, options, args.touchpoint, lambda version: version)
     if len(builds) < 2:
         raise CompatError(f"nothing to bisect between {args.good} and {args.bad}")
+    try:
+        key, partial = resolve(args.touchpoint, judge.keys(builds[0], builds[-1]))
+    except KeyProblem as exc:
+        print(escaped(f"compat.bisect: error: {exc}"), file=sys.stderr)
+        for line in exc.lines():
+            print(escaped(line), file=sys.stderr)
+        return exc.exit_code
+    if partial:
+        print(escaped(f"compat.bisect: --touchpoint {args.touchpoint!r} is part of one row's key only: {key}"),
+              file=sys.stderr)
+    judge.touchpoint = key
     try:
         good_probe, bad_probe, tried = bisect(builds, judge)
     except Verdict as exc:

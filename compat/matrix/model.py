@@ -43,6 +43,11 @@ class Cell:
                     finding.evidence.as_dict())
 
 
+def row_key(probe: str, touchpoint: str, location: str | None) -> str:
+    """A row's key (``rows[].key`` in the matrix JSON, what ``python -m compat.bisect --touchpoint`` takes)."""
+    return f"{probe}|{touchpoint}|{location}"
+
+
 @dataclass
 class Row:
     probe: str
@@ -53,7 +58,7 @@ class Row:
 
     @property
     def key(self) -> str:
-        return f"{self.probe}|{self.touchpoint}|{self.location}"
+        return row_key(self.probe, self.touchpoint, self.location)
 
     def first_bad(self, columns: list[Column]) -> tuple[str | None, str | None]:
         """(first build where this touchpoint is broken or changed, last build before it where it was ok)."""
@@ -100,8 +105,8 @@ class Matrix:
 
     def _row_json(self, row: Row) -> dict[str, Any]:
         first_bad, last_good = row.first_bad(self.columns)
-        return {"probe": row.probe, "touchpoint": row.touchpoint, "location": row.location, "code": row.code,
-                "first_bad": first_bad, "last_good": last_good,
+        return {"key": row.key, "probe": row.probe, "touchpoint": row.touchpoint, "location": row.location,
+                "code": row.code, "first_bad": first_bad, "last_good": last_good,
                 "cells": {label: {"status": c.status, "message": c.message, "vllm_location": c.vllm_location,
                                   "fix": c.fix, "evidence": c.evidence} for label, c in row.cells.items()}}
 
