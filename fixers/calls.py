@@ -23,9 +23,9 @@ from compat.fix.edits import AddKeyword, RouteImport
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import call_of, imported_as
+from compat.fixers import Fixer
 from compat.signature import ParamKind, Signature
 from compat.vllm.surface import Found, relocated
-from fixers import Fixer
 
 HANDLED = {"unexpected-keyword", "missing-required"}
 FIXER_NAME = "calls"

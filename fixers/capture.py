@@ -20,7 +20,7 @@ from compat.fix.context import FixContext
 from compat.fix.edits import ReplaceStatements
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.source import function_of, segment, statement_at
-from fixers import Fixer
+from compat.fixers import Fixer
 
 CODE = '''
 def decoder_stack(model):

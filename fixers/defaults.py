@@ -26,7 +26,7 @@ from compat.fix.edits import RouteImport
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import imported_as
-from fixers import Fixer
+from compat.fixers import Fixer
 
 NAME = "defaults"
 CHUNKED = "enable_chunked_prefill"

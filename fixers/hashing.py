@@ -9,7 +9,7 @@ from compat.fix.edits import RouteImport
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import imported_as
-from fixers import Fixer
+from compat.fixers import Fixer
 
 CACHE_CONFIG = "vllm.config.CacheConfig"
 NAME = "hashing"

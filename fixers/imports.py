@@ -16,7 +16,7 @@ from compat.fix.edits import RouteImport
 from compat.fix.plan import Claim, FixerPlan, Unhandled
 from compat.fix.shim import export, homes, raw_import
 from compat.fix.source import imported_as
-from fixers import Fixer
+from compat.fixers import Fixer
 
 
 def _location(finding: Finding) -> tuple[str, int]:

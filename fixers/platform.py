@@ -11,7 +11,7 @@ from compat.fix.edits import ReplaceStatements, RouteCall, RouteImport
 from compat.fix.plan import FixerPlan, ShimPiece
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import function_of, imported_as, parsed, segment, statement_at
-from fixers import Fixer
+from compat.fixers import Fixer
 
 NAME = "platform"
 MEMORY = '''

@@ -6,7 +6,7 @@ from compat.consumer.model import Kind, TouchPoint
 from compat.fix.context import FixContext, span
 from compat.fix.edits import RouteCall
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
-from fixers import Fixer
+from compat.fixers import Fixer
 
 CODE = '''
 def execute_model(executor, scheduler_output, *args, **kwargs):

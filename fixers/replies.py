@@ -7,7 +7,7 @@ from compat.facts import replies
 from compat.fix.context import FixContext
 from compat.fix.edits import RouteCall
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
-from fixers import Fixer
+from compat.fixers import Fixer
 
 CODE = '''
 _SHARE_CUDA = os.environ.get("COMPAT_CUDA_IPC", "1").lower() not in ("0", "false", "no")

@@ -19,8 +19,8 @@ from compat.fix.context import AuditedBuild, FixContext, span
 from compat.fix.edits import InsertAfter
 from compat.fix.plan import Claim, FixerPlan, ShimPiece
 from compat.fix.source import function_of, segment, statement_at
+from compat.fixers import Fixer
 from compat.vllm.surface import Found
-from fixers import Fixer
 
 NOT_NEEDED = {
     "get_kv_connector_handshake_metadata": "KV connectors exchange handshakes; the pipeline has no KV connector",

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import ast
 
+from compat.fixers.protocol import CODE as EXECUTE_MODEL
+
 from compat.consumer.model import Kind, StepLoop
 from compat.fix.context import FixContext
 from compat.fix.edits import InsertAfter, InsertBefore, ReplaceStatements
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.source import call_of, function_of, segment, statement_at
-from fixers import Fixer
-from fixers.protocol import CODE as EXECUTE_MODEL
+from compat.fixers import Fixer
 
 NAME = "steps"
 

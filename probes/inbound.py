@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from compat.probes.rpc import RPC_WRAPPERS
+
 from compat.consumer.model import ClassPatch, Kind
 from compat.facts.abstract import FACT as INTERFACE
 from compat.facts.abstract import HOOKS
@@ -27,7 +29,6 @@ from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, Signature
 from compat.vllm.surface import Found, Missing, Surface
-from probes.rpc import RPC_WRAPPERS
 
 _SCALARS = {"float": "a float", "int": "an int", "bool": "a bool", "str": "a str", "None": "None",
             "bytes": "bytes"}

@@ -8,24 +8,28 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("compat", "probes", "fixers")
+MAPPED = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-dir"]
+PACKAGES = {"compat": "compat", **MAPPED}
+"""Each package checked, by its import name, and the directory its modules are read from: ``compat.probes`` and
+``compat.fixers`` from ``probes/`` and ``fixers/`` (not from ``compat/probes/``, a checkout's stand-in)."""
 HANDLE_READERS = {"compat.vllm.definitions", "compat.vllm.runtime"}
 """The modules that own ``Found.handle``: each reads it only through its own accessor."""
 
 
 def modules() -> dict[str, Path]:
     found = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for package, directory in PACKAGES.items():
+        for path in (ROOT / directory).rglob("*.py"):
+            parts = list(path.relative_to(ROOT / directory).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
-            found[".".join(parts)] = path
+            found[".".join([package, *parts])] = path
     return found
 
 

@@ -1,13 +1,13 @@
 """The confirmation probe's comparison: agreement is ok, disagreement is an error finding with both verdicts."""
 
 import pytest
+from compat.probes.confirm import PROBE
 
 from compat.audit.pipeline import annotate_runtime
 from compat.confirm import check_in_dtypes, run_child
 from compat.confirm.engine import refusal
 from compat.facts.observed import parse_check
 from compat.findings import Finding, Status
-from probes.confirm import PROBE
 
 
 def test_agreement_and_disagreement():

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from compat.probes.defaults import PROBE
 
 from compat import sources
 from compat.consumer.scan import scan_tree
@@ -22,7 +23,6 @@ from compat.findings import Finding, Status
 from compat.probe import ProbeContext
 from compat.sources import tree_from_path
 from compat.vllm.builds import open_build
-from probes.defaults import PROBE
 
 from .trees import write_tree
 

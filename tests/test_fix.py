@@ -39,7 +39,7 @@ def test_every_fixer_that_has_work_plans_it(fixed):
     assert fixed.ctx.versions and len(fixed.ctx.builds) == 2
     planned = {plan.fixer for plan in fixed.plans}
     failing = {f.check for b in fixed.ctx.builds for f in b.findings if f.status.value in ("broken", "changed")}
-    from fixers import all_fixers
+    from compat.fixers import all_fixers
 
     for fixer in all_fixers():
         if set(fixer.handles) & failing:

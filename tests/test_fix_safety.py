@@ -158,7 +158,7 @@ def deps(tmp_path_factory) -> Path:
 
 def _fix(root: Path, builds: dict[str, Path], versions=("0.1.0", "0.2.0")) -> Fix:
     """compat.fix's planning on ``root`` against the hand-made builds (``plan_fix`` without the index)."""
-    from fixers import all_fixers
+    from compat.fixers import all_fixers
 
     tree = tree_from_path(root)
     scan = scan_tree(tree)

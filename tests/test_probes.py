@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-import probes
+import compat.probes as probes
 from compat.audit.pipeline import run_probes
 from compat.consumer.model import Kind
 from compat.consumer.scan import scan_tree

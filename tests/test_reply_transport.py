@@ -14,7 +14,7 @@ import warnings
 
 import pytest
 
-from fixers import replies
+from compat.fixers import replies
 
 torch = pytest.importorskip("torch")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from compat.fixers.protocol import FIXER as PROTOCOL_FIXER
 
 from compat.audit.pipeline import AuditOptions, Auditor
 from compat.consumer.model import Kind
@@ -19,7 +20,6 @@ from compat.fix.edits import RouteCall
 from compat.vllm.builds import OpenedBuild
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import BuildInfo
-from fixers.protocol import FIXER as PROTOCOL_FIXER
 from tests.conftest import run_cli
 from tests.test_scan import by_kind, scan_source
 from tests.trees import write_tree

@@ -5,6 +5,7 @@ no engine."""
 from __future__ import annotations
 
 import pytest
+from compat.probes.steps import PROBE
 
 from compat.consumer.scan import scan_tree
 from compat.facts import scheduling
@@ -12,7 +13,6 @@ from compat.findings import Status
 from compat.probe import ProbeContext
 from compat.sources import tree_from_path
 from compat.vllm.builds import open_build
-from probes.steps import PROBE
 
 from .trees import write_tree
 

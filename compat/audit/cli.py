@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     if args.list_probes:
-        from probes import all_probes
+        from compat.probes import all_probes
 
         for probe in all_probes():
             print(f"{probe.name:12} {probe.description}")

@@ -219,7 +219,7 @@ def annotate_runtime(findings: list[Finding]) -> list[Finding]:
 
 def run_probes(ctx: ProbeContext, probes: list[Probe] | None = None) -> list[Finding]:
     """Every probe over every touchpoint it applies to; a crash becomes an ``error`` finding."""
-    from probes import all_probes
+    from compat.probes import all_probes
 
     findings: list[Finding] = []
     for probe in probes if probes is not None else all_probes():

@@ -51,7 +51,7 @@ def stage(consumer: str, dest: Path, generator_module: str, vllm: str | None = N
     patch serves every engine) and write it to ``dest``."""
     # Here, not at the top: an engine's own environment runs an earlier-made patched copy without LibCST.
     from compat.fix.pipeline import FixOptions, plan_fix, write_copy
-    from fixers import all_fixers
+    from compat.fixers import all_fixers
 
     if unpatched:
         without = tuple(f.name for f in all_fixers() if f.name != PLATFORM_ONLY)
