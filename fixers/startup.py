@@ -25,7 +25,6 @@ from compat.vllm.surface import Found
 from fixers import Fixer
 
 
-
 @dataclass(frozen=True)
 class Step:
     """A start-up step the fixer performs: the engine core's statements from ``first`` to ``last``."""

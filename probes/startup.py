@@ -10,7 +10,6 @@ from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.vllm.surface import Found
 
-
 CACHE_CONFIG = "vllm.config.CacheConfig"
 VLLM_CONFIG = "vllm.config.VllmConfig"
 MODEL_CONFIG = "vllm.config.ModelConfig"
@@ -138,7 +137,7 @@ PROBE = StartupProbe(
     name="startup",
     description="The steps the build's engine core performs between creating the executor and the first step "
                 "(memory profiling, KV-cache specs, layout and configuration, worker initialisation), compared with "
-                "the consumer's hand-built pipeline; steps new since the written-for build that it misses (those its correctness "
-                "does not depend on are ok, with why: compat.facts.startup.NOT_NEEDED).",
+                "the consumer's hand-built pipeline; steps new since the written-for build that it misses (those its "
+                "correctness does not depend on are ok, with why: compat.facts.startup.NOT_NEEDED).",
     order=80,
 )
