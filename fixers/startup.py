@@ -2,7 +2,8 @@
 hand-built pipeline does not.
 
 Only the steps the pipeline's correctness depends on are performed (``REPLAYS``, each with why); the others
-are accepted with the reason they do not matter for it (``NOT_NEEDED``); a step this fixer does not know is
+are accepted with the reason they do not matter for it (``compat.facts.startup.NOT_NEEDED``, which the
+startup probe reports them ``ok`` with); a step this fixer does not know is
 left as it is, listed. The code of a performed step follows the build's engine core and detects whether the
 running build has the step (``hasattr`` on vLLM's own modules and classes, which the audit reads too).
 """
@@ -15,44 +16,13 @@ from dataclasses import dataclass, replace
 from packaging.version import Version
 
 from compat.facts import replay
+from compat.facts.startup import NOT_NEEDED
 from compat.fix.context import AuditedBuild, FixContext, span
 from compat.fix.edits import InsertAfter
 from compat.fix.plan import Claim, FixerPlan, ShimPiece
 from compat.fix.source import function_of, segment, statement_at
 from compat.fixers import Fixer
 from compat.vllm.surface import Found
-
-NOT_NEEDED = {
-    "get_kv_connector_handshake_metadata": "KV connectors exchange handshakes; the pipeline has no KV connector",
-    "init_kv_output_aggregator": "aggregates KV connector outputs; the pipeline has no KV connector",
-    "init_ec_output_aggregator": "aggregates encoder-cache connector outputs; the pipeline has none",
-    "measure_encoder_output_widths": "sizes multimodal encoder outputs; the pipeline feeds token ids only",
-    "engine_receiver_cache_from_config": "a multimodal input cache; the pipeline feeds token ids only",
-    "register_failure_callback": "reports a dead worker to the engine core; the pipeline's calls raise instead",
-    "compile_or_warm_up_model": "compiles and warms up kernels; the pipeline runs eagerly (enforce_eager), "
-                                "and warm-up changes no value",
-    "update_max_model_len": "tells workers a max_model_len the engine core lowered to fit the KV cache; the "
-                            "pipeline sizes its own cache and truncates prompts to its max_model_len",
-    "get_kv_cache_capacity": "logs how many tokens the KV cache holds",
-    "update_kv_cache_capacity": "lowers max_model_len to what the KV cache holds (auto-fit); the pipeline keeps "
-                                "its own limits",
-    "get_simple_cpu_offload_num_blocks": "sizes KV offloading to CPU memory, which the pipeline does not use",
-    "register_all_kvcache_specs": "registers KV cache spec types for the engine core's own decoding; the "
-                                  "pipeline receives specs through collective_rpc",
-    "is_full_attention_spec": "a test inside the engine core's KV planning, not a step of its own",
-    "get_global_kv_cache_groups": "the engine core's KV cache planning; the pipeline plans with "
-                                  "get_kv_cache_config_from_groups",
-    "resolve_kv_cache_block_sizes": "gives the scheduler its block sizes; the calls fixer passes Scheduler's "
-                                    "block_size as the engine core computes it",
-    "resolve_cache_hit_alignment_tokens": "aligns prefix-cache hits; the pipeline runs with prefix caching off",
-    "determine_available_memory": "profiles memory to size the KV cache; the pipeline sizes its own",
-    "get_kv_cache_configs": "the engine core's KV cache planning; the pipeline plans with "
-                            "get_kv_cache_config_from_groups",
-    "generate_scheduler_kv_cache_config": "the engine core's KV cache planning; the pipeline plans its own",
-    "initialize_cache": "the engine core's name for the KV cache set-up the pipeline does itself",
-    "init_none_hash": "prefix-cache hashing; the pipeline runs with prefix caching off",
-    "get_request_block_hasher": "prefix-cache hashing; the pipeline runs with prefix caching off",
-}
 
 
 @dataclass(frozen=True)
@@ -124,7 +94,7 @@ class StartupSteps(Fixer):
             self._layout(ctx, plan, failing)
         for name in sorted(names - set(LAYOUT.names)):
             if name in NOT_NEEDED:
-                plan.accepted.append((Claim("startup", f"*{name}"), NOT_NEEDED[name]))
+                plan.accepted.append((Claim("startup", f"*{name}"), NOT_NEEDED[name].text()))
         return plan
 
     def _layout(self, ctx: FixContext, plan: FixerPlan, failing) -> None:

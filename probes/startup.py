@@ -4,11 +4,65 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from compat.consumer.model import Kind
-from compat.facts import startup
+from compat.consumer.model import Kind, TouchPoint
+from compat.facts import hashing, startup
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.vllm.surface import Found
+
+CACHE_CONFIG = "vllm.config.CacheConfig"
+VLLM_CONFIG = "vllm.config.VllmConfig"
+MODEL_CONFIG = "vllm.config.ModelConfig"
+REQUEST = "vllm.v1.request.Request"
+
+
+def _calls_of(ctx: ProbeContext, path: str) -> list[TouchPoint]:
+    target = ctx.lookup(path)
+    if not isinstance(target, Found):
+        return []
+    return [tp for tp in ctx.scan.touchpoints if tp.kind == Kind.CALL and tp.symbol.rsplit(".", 1)[-1] ==
+            path.rsplit(".", 1)[-1] and isinstance(found := ctx.lookup(tp.symbol), Found) and found.path == target.path]
+
+
+def _keyword(ctx: ProbeContext, path: str, keyword: str) -> tuple[str | None, str | None, bool]:
+    """What the consumer's calls of ``path`` pass as ``keyword``: (the literal, where, whether any passes it in a
+    way the scan cannot read)."""
+    opaque = False
+    for tp in _calls_of(ctx, path):
+        literal = dict(tp.literals).get(keyword)
+        if literal is not None:
+            return literal, str(tp.location), False
+        if tp.call is not None and (keyword in tp.call.keywords or tp.call.star_kwargs):
+            opaque = True
+    return None, None, opaque
+
+
+def holds(ctx: ProbeContext, assumes: str) -> tuple[bool | None, str]:
+    """Whether what a not-needed step's reason assumes of the consumer's pipeline holds, as its source shows
+    (None: the scan cannot tell), and why."""
+    cls = {startup.PREFIX_CACHING_OFF: CACHE_CONFIG, startup.NO_KV_CONNECTOR: VLLM_CONFIG,
+           startup.EAGER: MODEL_CONFIG}[assumes]
+    keyword = {startup.PREFIX_CACHING_OFF: "enable_prefix_caching", startup.NO_KV_CONNECTOR: "kv_transfer_config",
+               startup.EAGER: "enforce_eager"}[assumes]
+    literal, at, opaque = _keyword(ctx, cls, keyword)
+    name = cls.rsplit(".", 1)[-1]
+    if opaque:
+        return None, ""
+    if literal is not None:
+        said = f"the consumer's {name}({keyword}={literal}) at {at}"
+        if assumes == startup.NO_KV_CONNECTOR:
+            return literal == "None", said
+        on = literal in ("True", "1")
+        return (not on if assumes == startup.PREFIX_CACHING_OFF else on), said
+    if assumes == startup.PREFIX_CACHING_OFF:
+        default = ctx.fact(hashing.FACT, CACHE_CONFIG, REQUEST).prefix_caching_default
+        if default is None:
+            return None, ""
+        said = f"the build's default {name}.{keyword}={default}, which the consumer does not change"
+        return default not in ("True", "true", "1"), said
+    if assumes == startup.NO_KV_CONNECTOR and _calls_of(ctx, cls):
+        return True, f"the consumer's {name}(...) passes no {keyword}"
+    return None, ""
 
 
 def _norm(name: str) -> str:
@@ -52,10 +106,21 @@ class StartupProbe(Probe):
             if _norm(step.name) in done:
                 yield Finding(status=Status.OK, message=f"the engine core's start-up step {label} is done by the "
                               "consumer too", **common)
-            elif before is not None and _norm(step.name) not in before:
+                continue
+            new = before is not None and _norm(step.name) not in before
+            unneeded = startup.NOT_NEEDED.get(step.name)
+            state, why = holds(ctx, unneeded.assumes) if unneeded and unneeded.assumes else (True, "")
+            if (new or before is None) and unneeded is not None and state is not False:
+                said = (unneeded.text() if state is None or unneeded.assumes is None
+                        else f"{unneeded.reason} ({unneeded.assumes}: {why})")
+                yield Finding(status=Status.OK, message=f"the consumer's hand-built pipeline skips the start-up step "
+                              f"{label} ({step.at}), which its correctness does not depend on: {said}", **common)
+            elif new:
+                unmet = (f"; it could be skipped if {unneeded.assumes} ({unneeded.reason}), but {why}"
+                         if unneeded is not None else "")
                 yield Finding(status=Status.CHANGED, message=f"the engine core now performs {label} at start-up "
                               f"({step.at}), new since vLLM {ctx.written_for.build.version}; the consumer's "
-                              "hand-built pipeline does not",
+                              f"hand-built pipeline does not{unmet}",
                               evidence=Evidence(written_for="not a start-up step",
                                                 audited=f"{label} ({step.at})",
                                                 written_for_build=ctx.written_for.build.version),
@@ -68,11 +133,11 @@ class StartupProbe(Probe):
                 yield Finding(status=Status.UNKNOWN, message=f"the engine core performs {label} at start-up "
                               f"({step.at}); the consumer's pipeline does not", **common)
 
-
 PROBE = StartupProbe(
     name="startup",
     description="The steps the build's engine core performs between creating the executor and the first step "
                 "(memory profiling, KV-cache specs, layout and configuration, worker initialisation), compared with "
-                "the consumer's hand-built pipeline; steps new since the written-for build that it misses.",
+                "the consumer's hand-built pipeline; steps new since the written-for build that it misses (those its "
+                "correctness does not depend on are ok, with why: compat.facts.startup.NOT_NEEDED).",
     order=80,
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -73,3 +74,75 @@ def test_runtime_confirmation_agrees_with_every_static_verdict_tp1_and_tp2(tmp_p
     for f in report["findings"]:
         if f["probe"] in ("reply-shape", "protocol", "block-hashing", "model", "startup"):
             assert f["evidence"]["runtime"].startswith("confirmed on a real engine")
+
+
+def _tiny_consumer(tmp_path):
+    consumer = tmp_path / "c.py"
+    consumer.write_text("from vllm.v1.executor.multiproc_executor import MultiprocExecutor\n\n\n"
+                        "def start(config):\n    return MultiprocExecutor(vllm_config=config)\n")
+    return consumer
+
+
+def test_the_runtime_confirmation_is_announced_with_how_to_skip_it_and_timed(tmp_path, monkeypatch, capsys):
+    """--confirm always: one line on stderr before any engine starts (what, why, --confirm never), a line per
+    finished check off a terminal, and the time at the end; the report's stdout gets none of it."""
+    pytest.importorskip("vllm")
+    from compat import confirm
+    from compat.audit.pipeline import AuditOptions, Auditor
+    from compat.vllm.builds import open_build
+
+    started = []
+
+    def child(spec, timeout=0, entry=""):
+        started.append(capsys.readouterr().err)  # what stderr said before this engine started
+        return {"unconfirmed": "not run by this test"}
+
+    monkeypatch.setattr(confirm, "run_child", child)
+    monkeypatch.setattr(confirm, "tiny_model", lambda arch="llama": tmp_path)
+    (tmp_path / "config.json").write_text('{"dtype": "bfloat16"}')
+    auditor = Auditor(AuditOptions(consumer=str(_tiny_consumer(tmp_path)), confirm="always", written_for=None))
+    result = auditor.run(opened=open_build("installed"))
+    assert started, "the confirmation ran no check"
+    announced = [line for line in started[0].splitlines() if "real engines" in line]
+    assert len(announced) == 1 and "--confirm never" in announced[0] and "--confirm always" in announced[0]
+    err = "".join(started) + capsys.readouterr().err
+    assert "replies TP=2" in err and "engine" in err  # a line per finished check (stderr is not a terminal)
+    assert "done in" in err
+    assert any("runtime confirmation" in note and " s" in note for note in result.notes)
+
+
+def test_confirm_auto_runs_no_engine_when_every_verdict_is_known(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("vllm")
+    from compat import confirm
+    from compat.audit.pipeline import AuditOptions, Auditor
+    from compat.vllm.builds import open_build
+
+    ran = []
+    monkeypatch.setattr(confirm, "run_child", lambda *a, **k: ran.append(a) or {"unconfirmed": "test"})
+    consumer = tmp_path / "c.py"
+    consumer.write_text("from vllm.config import CacheConfig\n\n\ndef config():\n"
+                        "    return CacheConfig(block_size=16)\n")
+    result = Auditor(AuditOptions(consumer=str(consumer), written_for=None)).run(opened=open_build("installed"))
+    assert not [f for f in result.findings if f.status.value == "unknown"]
+    assert ran == [] and not any(f.check == "confirm" for f in result.findings)
+    assert any("--confirm always" in note for note in result.notes)
+    assert "real engines" not in capsys.readouterr().err
+
+
+def test_vllm_import_noise_reaches_neither_the_report_nor_stderr(tmp_path):
+    """What vLLM prints when imported here (a warning about the machine) is not part of the audit's output."""
+    pytest.importorskip("vllm")
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_LOGGING")}
+    bare = subprocess.run([sys.executable, "-c", "import vllm.v1.engine.core"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    noise = [line for line in (bare.stdout + bare.stderr).splitlines() if line.strip()]
+    if not noise:
+        pytest.skip("importing this vLLM prints nothing")
+    proc = run_cli("--consumer", str(_tiny_consumer(tmp_path)), "--vllm", "installed", "--confirm", "never",
+                   "--written-for", "none", "--no-reports", cwd=tmp_path, env=env)
+    assert proc.returncode in (0, 1), proc.stderr
+    for line in noise:
+        assert line not in proc.stdout and line not in proc.stderr

@@ -97,6 +97,58 @@ def test_startup_steps_new_since_the_written_for_build(speculators_scan, build):
 
     result = Auditor(AuditOptions()).run(speculators_scan, build("0.32.0"))
     changed = {f.touchpoint for f in result.findings if f.check == "startup" and f.status is Status.CHANGED}
-    assert {"startup:set_kv_cache_layout", "startup:resolve_kv_cache_block_sizes"} <= changed
+    assert {"startup:set_kv_cache_layout", "startup:resolve_kv_cache_layout"} <= changed
     done = {f.touchpoint for f in result.findings if f.check == "startup" and f.status is Status.OK}
     assert "startup:initialize_from_config" in done
+
+
+def test_startup_steps_the_pipeline_does_not_need_are_ok_with_the_fixers_reason(speculators_scan, build):
+    """Steps new since 0.11.0 that the pipeline's correctness does not depend on are ok, each with the reason
+    compat.fix accepts it with (one table for both); the KV cache layout, which it needs, stays changed, and so
+    does a step whose reason assumes prefix caching off, which speculators leaves to the build's default (on)."""
+    from compat.audit.pipeline import AuditOptions, Auditor
+
+    result = Auditor(AuditOptions()).run(speculators_scan, build("0.32.0"), written_for=build("0.11.0").surface)
+    startup = {f.touchpoint.removeprefix("startup:"): f for f in result.findings if f.check == "startup"}
+    for name in ("update_kv_cache_capacity", "compile_or_warm_up_model", "get_kv_connector_handshake_metadata",
+                 "register_all_kvcache_specs", "is_full_attention_spec", "update_max_model_len"):
+        assert startup[name].status is Status.OK, startup[name].message
+    assert "no KV connector" in startup["get_kv_connector_handshake_metadata"].message
+    assert "enforce_eager=True" in startup["compile_or_warm_up_model"].message
+    for name in ("resolve_kv_cache_layout", "set_kv_cache_layout", "resolve_cache_hit_alignment_tokens"):
+        assert startup[name].status is Status.CHANGED, startup[name].message
+    assert "prefix caching" in startup["resolve_cache_hit_alignment_tokens"].message
+    from compat.facts.startup import NOT_NEEDED
+    from fixers import startup as fixer
+
+    assert fixer.NOT_NEEDED is NOT_NEEDED
+    for name, finding in startup.items():
+        if finding.status is Status.OK and "correctness does not depend on" in finding.message:
+            assert NOT_NEEDED[name].reason in finding.message
+
+
+@pytest.mark.parametrize(("passed", "expected"), [
+    ("enable_prefix_caching=False", Status.OK), ("enable_prefix_caching=True", Status.CHANGED)])
+def test_a_start_up_step_assuming_prefix_caching_off_follows_the_consumers_cache_config(build, tmp_path, passed,
+                                                                                         expected):
+    from compat.audit.pipeline import run_probes
+    from compat.consumer.scan import scan_tree
+    from compat.probe import ProbeContext
+    from compat.sources import tree_from_path
+
+    (tmp_path / "c.py").write_text(
+        "from vllm.config import CacheConfig, VllmConfig\n"
+        "from vllm.v1.executor.multiproc_executor import MultiprocExecutor\n\n\n"
+        "def start():\n"
+        f"    config = VllmConfig(cache_config=CacheConfig({passed}), kv_transfer_config=None)\n"
+        "    return MultiprocExecutor(vllm_config=config)\n")
+    ctx = ProbeContext(scan_tree(tree_from_path(tmp_path / "c.py")), build("0.32.0").surface,
+                       build("0.11.0").surface)
+    from probes import startup
+
+    found = {f.touchpoint: f for f in run_probes(ctx, [startup.PROBE])}
+    alignment = found["startup:resolve_cache_hit_alignment_tokens"]
+    assert alignment.status is expected, alignment.message
+    assert passed in alignment.message
+    handshake = found["startup:get_kv_connector_handshake_metadata"]
+    assert handshake.status is Status.OK and "kv_transfer_config=None" in handshake.message

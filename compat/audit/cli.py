@@ -46,8 +46,9 @@ def parser() -> argparse.ArgumentParser:
                    help="comma-separated model architectures the model-convention probe checks "
                         f"(default: {','.join(DEFAULT_ARCHITECTURES)})")
     p.add_argument("--confirm", choices=["auto", "always", "never"], default="auto",
-                   help="confirm the semantic probes on a real engine (tiny model, child processes); auto: when the "
-                        "installed vLLM is audited")
+                   help="confirm the semantic probes on real engines (tiny models, child processes, about 2 minutes; "
+                        "installed vLLM only); auto (default): only when a verdict it checks is unknown statically; "
+                        "always: every time")
     p.add_argument("--confirm-timeout", type=float, default=300.0, help="seconds per engine check (default 300)")
     p.add_argument("--target", default="vllm", help=argparse.SUPPRESS)
     p.add_argument("--all-files", action="store_true",

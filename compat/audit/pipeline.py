@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,7 +43,8 @@ class AuditOptions:
     architectures: tuple[str, ...] = DEFAULT_ARCHITECTURES
     """Model architectures the model-convention probe checks the consumer's forward patch against."""
     confirm: str = "auto"
-    """Runtime confirmation on a real engine: 'auto' (when the installed vLLM is audited), 'always', 'never'."""
+    """Runtime confirmation on real engines of the installed vLLM: 'auto' (only when a verdict it checks is
+    unknown statically), 'always', 'never'."""
     confirm_timeout: float = 300.0
     all_files: bool = False
     """Audit the consumer's tests, examples and docs too, not only what it ships."""
@@ -78,12 +81,10 @@ class Auditor:
                          f"{', '.join(dirs[:6])}{' ...' if len(dirs) > 6 else ''}; --all-files audits them")
         reference = self._written_for(scan, surface, notes) if written_for == "auto" else written_for
         runtime = surface.build.reading == "runtime"
-        confirm = self.options.confirm == "always" or (self.options.confirm == "auto" and runtime)
-        if confirm and not runtime:
+        if self.options.confirm == "always" and not runtime:
             notes.append("--confirm always: runtime confirmation needs the installed vLLM (--vllm installed); skipped")
-            confirm = False
         ctx = ProbeContext(scan, surface, reference, self.options.worker_class,  # type: ignore[arg-type]
-                           self.options.architectures, confirm, self.options.confirm_timeout)
+                           self.options.architectures, False, self.options.confirm_timeout)
         findings: list[Finding] = []
         if opened.import_error is not None:
             findings.append(Finding("build", Status.ERROR, self.options.target, None, None,
@@ -96,7 +97,10 @@ class Auditor:
                                     fix="report the traceback: the scan could not read this code; the rest was "
                                         "audited" if problem.traceback else "fix the file's syntax; the rest was "
                                                                             "audited"))
-        findings.extend(fold_consequences(annotate_runtime(run_probes(ctx))))
+        found = run_probes(ctx)
+        if runtime:
+            found += self._confirm(ctx, found, notes)
+        findings.extend(fold_consequences(annotate_runtime(found)))
         for used in (surface, reference):
             if used is not None:
                 used.save()
@@ -105,6 +109,33 @@ class Auditor:
         findings.sort(key=lambda f: (f.status.rank, *by_place(f), f.check, f.symbol))
         return AuditResult(scan, surface.build, tuple(findings),
                            reference.build if reference is not None else None, tuple(notes), self.options.strict)
+
+    def _confirm(self, ctx: ProbeContext, found: list[Finding], notes: list[str]) -> list[Finding]:
+        """The runtime confirmation (real engines of the installed build: minutes), run with ``--confirm always``,
+        and with ``auto`` only when a verdict it checks is unknown statically; announced on stderr before it
+        starts, with its time at the end."""
+        from probes.confirm import CONFIRMED
+        from probes.confirm import PROBE as CONFIRM
+
+        if self.options.confirm == "never":
+            return []
+        unknown = sorted({f.check for f in found if f.check in CONFIRMED.values() and f.status is Status.UNKNOWN})
+        if self.options.confirm == "auto" and not unknown:
+            notes.append("runtime confirmation not run: every static verdict it checks is known (--confirm always "
+                         "runs it: tiny models on real engines of the installed vLLM, about 2 minutes)")
+            return []
+        why = ("--confirm always" if self.options.confirm == "always" else
+               f"--confirm auto: the static verdicts of {', '.join(unknown)} are unknown")
+        print(f"compat.audit: confirming the static verdicts on real engines of the installed vLLM "
+              f"{ctx.surface.build.version} ({why}): tiny models in child processes, about 2 minutes; "
+              "--confirm never skips it", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        ctx.confirm = True
+        confirmed = run_probes(ctx, [CONFIRM])
+        spent = time.perf_counter() - started
+        print(f"compat.audit: runtime confirmation done in {spent:.0f} s", file=sys.stderr, flush=True)
+        notes.append(f"runtime confirmation ({why}) took {spent:.0f} s")
+        return confirmed
 
     def _written_for(self, scan: Scan, surface: Surface, notes: list[str]) -> Surface | None:
         wanted = self.options.written_for

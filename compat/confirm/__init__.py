@@ -10,7 +10,9 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 from compat import child
 from compat.cache import cache_dir
@@ -152,18 +154,61 @@ def dtypes_for(model: Path) -> tuple[str, ...]:
     return (own,) if own == "bfloat16" else (own, "bfloat16")
 
 
+class Progress:
+    """The confirmation's progress on stderr: a rich bar on a terminal; elsewhere (logs, CI) one plain line per
+    finished check."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.started = total, 0, time.perf_counter()
+        self.bar: Any = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("confirming on real engines: {task.description}"), BarColumn(),
+                                MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True),
+                                transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("starting", total=total)
+
+    def starting(self, name: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, description=name)
+
+    def finished(self, name: str, result: dict, started: float) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.advance(self.task)
+            return
+        print(f"compat.confirm: {self.done}/{self.total} {name}: {_outcome(result)} "
+              f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
 def observe(timeout: float = DEFAULT_TIMEOUT_S, tensor_parallel: tuple[int, ...] = (1, 2),
             architectures: tuple[str, ...] = ("LlamaForCausalLM",)) -> dict:
     """Everything the confirmation needs from real engines, one child process per engine shape."""
     model = tiny_model("llama")
+    extra = [arch for arch in dict.fromkeys(architectures) if arch in TINY and arch != "LlamaForCausalLM"]
+    progress = Progress(len(tensor_parallel) + 1 + len(extra))
 
-    def check(name: str, directory: Path, **extra) -> dict:
-        return check_in_dtypes({"check": name, "model": str(directory), **extra}, dtypes_for(directory), timeout)
+    def check(label: str, name: str, directory: Path, **extra) -> dict:
+        progress.starting(label)
+        started = time.perf_counter()
+        result = check_in_dtypes({"check": name, "model": str(directory), **extra}, dtypes_for(directory), timeout)
+        progress.finished(label, result, started)
+        return result
 
-    observed: dict = {f"replies_tp{tp}": check("replies", model, tp=tp) for tp in tensor_parallel}
-    observed["engine"] = check("engine", model)
-    observed["models"] = {"LlamaForCausalLM": observed["engine"]}
-    for arch in architectures:
-        if arch in TINY and arch not in observed["models"]:
-            observed["models"][arch] = check("model", tiny_model(TINY[arch]))
+    try:
+        observed: dict = {f"replies_tp{tp}": check(f"replies TP={tp}", "replies", model, tp=tp)
+                          for tp in tensor_parallel}
+        observed["engine"] = check("engine", "engine", model)
+        observed["models"] = {"LlamaForCausalLM": observed["engine"]}
+        for arch in extra:
+            observed["models"][arch] = check(f"model {arch}", "model", tiny_model(TINY[arch]))
+    finally:
+        progress.close()
     return observed

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
 import traceback
 from dataclasses import dataclass
@@ -89,11 +90,23 @@ class RuntimeSurface:
         # The report may go to standard output (--format json); vLLM logs there unless told otherwise, and
         # older builds log while their modules are imported.
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        # vLLM's import-time warnings ("Triton is installed, but doesn't include CPU backend") are about the
+        # machine, not the audit: unless the user sets VLLM_LOGGING_LEVEL, the audit's process logs vLLM's errors
+        # only (builds that configure their logger at import read the variable; newer ones configure it later,
+        # so their "vllm" logger's level is set here too). A failed import is a finding with its traceback. The
+        # variable is taken back after the import, so that the confirmation's engines log as they would.
+        asked = "VLLM_LOGGING_LEVEL" in os.environ
+        if not asked:
+            os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
+            logging.getLogger(package).setLevel(logging.ERROR)
         try:
             top = importlib.import_module(package)
         except BaseException as exc:  # noqa: BLE001 - any failure to import is the finding
             trace = traceback.format_exc()
             raise VllmImportError(f"import {package} failed: {type(exc).__name__}: {exc}", trace) from exc
+        finally:
+            if not asked:
+                os.environ.pop("VLLM_LOGGING_LEVEL", None)
         root = Path(top.__file__).resolve().parent.parent  # type: ignore[arg-type]
         version = getattr(top, "__version__", None)
         self.build = BuildInfo(package, version, f"installed {package} {version} at {root / package}", "runtime",
