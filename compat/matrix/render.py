@@ -82,14 +82,17 @@ def terminal(matrix: Matrix, color: bool, all_rows: bool, width: int | None = No
         last = b == len(blocks) - 1
         if b:
             lines.append("")
-        header = " " * (name_w + 2) + "".join(f"{i % 100:<3}" for i in block)
-        lines.append((header + ("first bad (last good)" if last else "")).rstrip())
+        # the last block's names give way to what happened, down to 16 characters
+        nw = max(16, min(name_w, width - 2 - 3 * len(block) - story_w)) if last else name_w
+        sw = width - nw - 2 - 3 * len(block)
+        header = " " * (nw + 2) + "".join(f"{i % 100:<3}" for i in block)
+        lines.append((header + (_cut("first bad (last good)", sw) if last else "")).rstrip())
         for row in rows:
             marks = "".join(paint(row.cells[columns[i].label].status,
                                   MARK.get(row.cells[columns[i].label].status, "?")) + "  "
                             if columns[i].label in row.cells else "   " for i in block)
-            story = _cut(stories[row.key], story_w) if last else ""
-            lines.append(f"{_short(row, name_w):<{name_w}}  {marks}{story}".rstrip())
+            story = _cut(stories[row.key], sw) if last else ""
+            lines.append(f"{_short(row, nw):<{nw}}  {marks}{story}".rstrip())
     if not rows:
         lines.append("every touchpoint is ok in every build")
     lines.append("")
