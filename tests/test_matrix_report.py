@@ -42,13 +42,14 @@ def _ok(row: Row | None, label: str) -> bool:
     return row is not None and label in row.cells and row.cells[label].status == "ok"
 
 
-def test_a_row_broken_at_the_ranges_first_build_is_not_said_to_break_there(runs):
+def test_a_row_broken_at_the_ranges_first_build_is_not_said_to_break_there(runs, monkeypatch):
     """Rows already bad at 0.12.0 (seen by the wider run) and at 0.17.0: over 0.17.0.. they began at or before
     0.17.0, which is what JSON, terminal and Markdown say, never 0.17.0 as a first bad build."""
     wider, sub = runs
     before = {r.key: r for r in wider.rows}
     data = {(r["probe"], r["touchpoint"], r["location"]): r for r in json.loads(render(sub, "json"))["rows"]}
-    text = render(sub, "terminal", width=400)
+    monkeypatch.setenv("COLUMNS", "400")
+    text = render(sub, "terminal")
     markdown = render(sub, "markdown")
     old = [r for r in sub.rows if _bad(before.get(r.key), "0.12.0") and _bad(r, "0.17.0")]
     assert old  # the seed's breakages from 0.11.1 and 0.12.0 are still there in 0.17.0
@@ -63,13 +64,14 @@ def test_a_row_broken_at_the_ranges_first_build_is_not_said_to_break_there(runs)
         assert data[(row.probe, row.touchpoint, row.location)]["broken_before_range"] is True
 
 
-def test_a_row_vllm_fixed_says_fixed_in(runs):
+def test_a_row_vllm_fixed_says_fixed_in(runs, monkeypatch):
     """Rows bad in 0.17.0 and ok in 0.18.0 (the cells of the run itself) say 'fixed in 0.18.0'."""
     _, sub = runs
     data = {(r["probe"], r["touchpoint"], r["location"]): r for r in json.loads(render(sub, "json"))["rows"]}
     fixed = [r for r in sub.rows if _bad(r, "0.17.0") and _ok(r, "0.18.0")]
     assert fixed
-    text = render(sub, "terminal", width=400)
+    monkeypatch.setenv("COLUMNS", "400")
+    text = render(sub, "terminal")
     for row in fixed:
         entry = data[(row.probe, row.touchpoint, row.location)]
         assert entry["fixed_in"] == "0.18.0" and entry["broken_again_in"] is None, entry
@@ -114,9 +116,10 @@ def _grid_marks(text: str) -> set[str]:
     return marks
 
 
-def test_every_cell_kind_rendered_is_in_the_legend():
+def test_every_cell_kind_rendered_is_in_the_legend(monkeypatch):
     matrix = _synthetic()
-    text = render(matrix, "terminal", width=200)
+    monkeypatch.setenv("COLUMNS", "200")
+    text = render(matrix, "terminal")
     marks = _grid_marks(text)
     assert {".", "B", "C", "?", "E", " "} <= marks, marks
     legend = text[text.index("\nlegend:"):]
@@ -146,7 +149,8 @@ def test_every_cell_kind_rendered_is_in_the_legend():
 def test_the_text_fits_the_terminal(width, monkeypatch):
     matrix = _synthetic()
     monkeypatch.setenv("COLUMNS", str(width))
-    for text in (render(matrix, "terminal", width=width), render(matrix, "terminal")):
+    for make in (lambda: render(matrix, "terminal"), lambda: render(matrix, "terminal", width=width)):
+        text = make()
         lines = text.splitlines()
         assert max(len(line) for line in lines) <= width, max(lines, key=len)
         headers = [line for line in lines if line.startswith(" ") and re.fullmatch(r"[\d ]+(first bad.*)?",
