@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
-from compat.cache import atomic_write_text
+from compat.cache import atomic_write_text, cache_dir
 from compat.cli import guarded, printable
 from compat.errors import CompatError
 from compat.matrix.model import Matrix, regressions
 from compat.matrix.render import FORMATS, render
-from compat.matrix.run import FETCH_WORKERS, Request
+from compat.matrix.run import FETCH_WORKERS, Request, cache_bytes
 from compat.matrix.run import run as run_matrix
 
 DEFAULT_BUILDS = ">=0.11"
@@ -79,12 +79,25 @@ def _matrix(args: argparse.Namespace) -> int:
             path = args.output_dir / f"matrix{suffix}"
             atomic_write_text(path, printable(render(matrix, fmt, all_rows=args.all_rows)))
             print(f"matrix: {path}", file=sys.stderr)
+    used = cache_bytes(matrix.cache)
+    print(f"matrix: cache {_size(used)} used in {cache_dir()} (the {len(matrix.cache)} entries the builds were "
+          "read from or fetched into)", file=sys.stderr)
     if baseline is not None:
         found = regressions(baseline, matrix)
         for line in found:
             print(f"REGRESSION {line}", file=sys.stderr)
         return 1 if found else 0
     return 0
+
+
+def _size(n: int) -> str:
+    """``n`` bytes in the largest binary unit under 1024 of it, and exactly."""
+    size, unit = float(n), "bytes"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{n:,} bytes" if unit == "bytes" else f"{size:.1f} {unit} ({n:,} bytes)"
 
 
 def run() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 
-from compat.matrix.model import Matrix
+from compat.matrix.model import BLANK, LEGEND, Matrix
 
 _STYLE = """
 body{font:13px/1.4 system-ui,sans-serif;margin:16px;color:#222}
@@ -26,7 +26,8 @@ td.probe{background:#f4f4f4;font-weight:bold;padding:4px 6px}
 td.c{width:16px;height:18px;cursor:pointer}
 td.c.first{outline:2px solid #000;outline-offset:-2px}
 .ok{background:#c8e6c9}.broken{background:#e53935}.changed{background:#fb8c00}.unknown{background:#bdbdbd}
-.error{background:#8e24aa}.none{background:#fff}
+.error{background:#8e24aa}.none{background:#fff;border:1px solid #ddd}
+.legend span.first{outline:2px solid #000;outline-offset:-2px}
 #detail{position:fixed;right:16px;top:16px;width:38%;max-height:90vh;overflow:auto;background:#fff;
 border:1px solid #999;box-shadow:0 2px 8px #0003;padding:10px;display:none}
 #detail pre{white-space:pre-wrap;background:#f7f7f7;padding:6px}
@@ -53,7 +54,7 @@ function show(r, b) {
     k => ev[k] !== null && ev[k] !== '' && !(Array.isArray(ev[k]) && !ev[k].length));
   const line = k => k + ': ' + (typeof ev[k] === 'string' ? ev[k] : JSON.stringify(ev[k]));
   if (shown.length) text += '<pre>' + esc(shown.map(line).join('\\n')) + '</pre>';
-  text += '<p>first bad: ' + esc(row.first_bad || '-') + ', last good: ' + esc(row.last_good || '-') + '</p>';
+  text += '<p>' + esc(row.what_happened) + '</p>';
   panel.innerHTML = text; panel.style.display = 'block';
 }
 document.getElementById('grid').addEventListener('click', e => {
@@ -80,8 +81,9 @@ def page(matrix: Matrix) -> str:
              f"<div class=meta>{len(matrix.rows)} touchpoints against {len(builds)} builds "
              f"({e(builds[0]['label']) if builds else ''} to {e(builds[-1]['label']) if builds else ''}); "
              f"{len(matrix.interesting())} are not ok in every build. Click a cell for its finding.</div>",
-             "<div class=legend>" + "".join(f"<span class={s}>{s}</span>" for s in
-                                             ("ok", "broken", "changed", "unknown", "error")),
+             "<div class=legend>" + "".join(f"<span class={s}>{e(LEGEND[s])}</span>" for s in LEGEND)
+             + f"<span class=none title=\"{e(BLANK, quote=True)}\">blank: no finding</span>"
+             + "<span class='first'>outlined: first bad build (the first of the range: broken at or before it)</span>",
              "<label><input type=checkbox id=all> show touchpoints that are ok everywhere</label></div>",
              "<table id=grid><thead><tr><th>touchpoint</th>"]
     for build in builds:
@@ -106,7 +108,7 @@ def page(matrix: Matrix) -> str:
             first = " first" if build["label"] == row["first_bad"] else ""
             tip = e(f"{build['label']}: {status}", quote=True)
             parts.append(f"<td class='c {status}{first}' data-r={r} data-b={b} title=\"{tip}\"></td>")
-        parts.append(f"<td class=first-bad>{e(row['first_bad'] or '-')} ({e(row['last_good'] or '-')})</td></tr>")
+        parts.append(f"<td class=first-bad>{e(row['what_happened'])}</td></tr>")
     parts.append("</tbody></table><div id=detail></div>")
     payload = json.dumps(data).replace("</", "<\\/")
     parts.append(f"<script type=application/json id=matrix-data>{payload}</script>")

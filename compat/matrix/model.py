@@ -15,6 +15,14 @@ from compat.findings import Finding
 
 SCHEMA = "compat.matrix/1"
 BAD = ("broken", "changed")
+LEGEND = {"ok": "ok", "broken": "broken",
+          "changed": "changed (resolves, but a default or behaviour it relies on differs)",
+          "unknown": "unknown (could not be checked)", "error": "error (the build could not be read or audited)"}
+"""What each cell status means, for the legends of every rendering."""
+BLANK = "no finding: the audit of that build said nothing about this touchpoint"
+STORY = ("first bad (last good): the first build broken or changed (the last ok build before it, '-' when none "
+         "was ok before it); 'at or before B': already broken or changed at B, the range's first build, so when it "
+         "broke is not known; 'fixed in F': ok again from F; 'broken again in A': and bad again from A")
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,31 @@ def row_key(probe: str, touchpoint: str, location: str | None) -> str:
     return f"{probe}|{touchpoint}|{location}"
 
 
+@dataclass(frozen=True)
+class Story:
+    """A row read along the builds: where it first broke, whether it was already broken at the range's first
+    build (the matrix cannot tell when before that), where it was fine again, and where it broke again."""
+
+    first_bad: str | None = None
+    last_good: str | None = None
+    broken_before_range: bool = False
+    fixed_in: str | None = None
+    broken_again_in: str | None = None
+
+    def label(self) -> str:
+        if self.first_bad is None:
+            return "-"
+        if self.broken_before_range:
+            text = f"at or before {self.first_bad}"
+        else:
+            text = f"{self.first_bad} ({self.last_good or '-'})"
+        if self.fixed_in:
+            text += f", fixed in {self.fixed_in}"
+        if self.broken_again_in:
+            text += f", broken again in {self.broken_again_in}"
+        return text
+
+
 @dataclass
 class Row:
     probe: str
@@ -73,6 +106,26 @@ class Row:
                 last_ok = column.label
         return None, last_ok
 
+    def story(self, columns: list[Column]) -> Story:
+        """What happened to this touchpoint over ``columns``, read in build order."""
+        bad, good = self.first_bad(columns)
+        if bad is None:
+            return Story()
+        labels = [c.label for c in columns]
+        readable = [c.label for c in columns if c.error is None]
+        before = bool(readable) and bad == readable[0]
+        fixed = again = None
+        for label in labels[labels.index(bad) + 1:]:
+            cell = self.cells.get(label)
+            if cell is None:
+                continue
+            if fixed is None and cell.status == "ok":
+                fixed = label
+            elif fixed is not None and cell.status in BAD:
+                again = label
+                break
+        return Story(bad, good, before, fixed, again)
+
     def worst(self) -> str:
         order = ("error", "broken", "changed", "unknown", "ok")
         present = {c.status for c in self.cells.values()}
@@ -86,6 +139,8 @@ class Matrix:
     columns: list[Column]
     rows: list[Row]
     notes: list[str] = field(default_factory=list)
+    cache: list[str] = field(default_factory=list)
+    """The cache entries (directories and files) the builds were read from or fetched into."""
 
     def interesting(self) -> list[Row]:
         """Rows that are not ok in every build."""
@@ -104,9 +159,11 @@ class Matrix:
         }
 
     def _row_json(self, row: Row) -> dict[str, Any]:
-        first_bad, last_good = row.first_bad(self.columns)
+        story = row.story(self.columns)
         return {"key": row.key, "probe": row.probe, "touchpoint": row.touchpoint, "location": row.location,
-                "code": row.code, "first_bad": first_bad, "last_good": last_good,
+                "code": row.code, "first_bad": story.first_bad, "last_good": story.last_good,
+                "broken_before_range": story.broken_before_range, "fixed_in": story.fixed_in,
+                "broken_again_in": story.broken_again_in, "what_happened": story.label(),
                 "cells": {label: {"status": c.status, "message": c.message, "vllm_location": c.vllm_location,
                                   "fix": c.fix, "evidence": c.evidence} for label, c in row.cells.items()}}
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
 from xml.sax.saxutils import escape, quoteattr
 
-from compat.matrix.model import Matrix, Row
+from compat.matrix.model import BLANK, LEGEND, STORY, Matrix, Row
 
 MARK = {"ok": ".", "broken": "B", "changed": "C", "unknown": "?", "error": "E"}
 COLOR = {"ok": "32", "broken": "31;1", "changed": "33;1", "unknown": "90", "error": "35;1"}
 FORMATS = ("terminal", "json", "markdown", "junit", "html")
 
 
-def render(matrix: Matrix, fmt: str, color: bool = False, all_rows: bool = False) -> str:
+def render(matrix: Matrix, fmt: str, color: bool = False, all_rows: bool = False, width: int | None = None) -> str:
     if fmt == "json":
         return json.dumps(matrix.as_json(), indent=2) + "\n"
     if fmt == "markdown":
@@ -23,7 +25,7 @@ def render(matrix: Matrix, fmt: str, color: bool = False, all_rows: bool = False
         from compat.matrix.html import page
 
         return page(matrix)
-    return terminal(matrix, color, all_rows)
+    return terminal(matrix, color, all_rows, width)
 
 
 def _rows(matrix: Matrix, all_rows: bool) -> list[Row]:
@@ -42,34 +44,87 @@ def _counts(matrix: Matrix) -> dict[str, dict[str, int]]:
     return out
 
 
-def terminal(matrix: Matrix, color: bool, all_rows: bool) -> str:
+def terminal_legend() -> str:
+    return "legend: " + "  ".join(f"{MARK[s]} {LEGEND[s]}" for s in MARK) + f"  (blank) {BLANK}"
+
+
+def terminal(matrix: Matrix, color: bool, all_rows: bool, width: int | None = None) -> str:
+    """The matrix for a terminal ``width`` columns wide (the terminal's, else $COLUMNS, else 80): build columns
+    that do not fit beside the touchpoints wrap into several blocks, each repeating the touchpoint names."""
+    width = max(40, width or shutil.get_terminal_size().columns)
     columns = matrix.columns
     rows = _rows(matrix, all_rows)
 
     def paint(status: str, text: str) -> str:
         return f"\033[{COLOR[status]}m{text}\033[0m" if color and status in COLOR else text
 
-    lines = [f"{matrix.consumer} {matrix.consumer_version or ''}".rstrip()
+    def wrap(text: str, indent: str = "") -> list[str]:
+        return textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+    title = (f"{matrix.consumer} {matrix.consumer_version or ''}".rstrip()
              + f": {len(matrix.rows)} touchpoints x {len(columns)} builds "
-             f"({columns[0].label} .. {columns[-1].label})" if columns else matrix.consumer]
+             f"({columns[0].label} .. {columns[-1].label})" if columns else matrix.consumer)
+    lines = wrap(title)
     for i, column in enumerate(columns):
         problem = f"  ERROR: {column.error}" if column.error else ""
-        lines.append(f"  [{i:2}] {column.label}{problem}")
+        lines += wrap(f"  [{i:2}] {column.label}{problem}", " " * 7)
     lines.append("")
-    width = max([len(_name(r)) for r in rows] + [10])
-    header = " " * (width + 2) + "".join(f"{i % 100:<3}" for i in range(len(columns)))
-    lines.append(header + " first bad (last good)")
-    for row in rows:
-        marks = "".join(paint(row.cells[c.label].status, MARK.get(row.cells[c.label].status, "?")) + "  "
-                        if c.label in row.cells else "   " for c in columns)
-        bad, good = row.first_bad(columns)
-        lines.append(f"{_name(row):<{width}}  {marks}{bad or '-'} ({good or '-'})")
+    stories = {r.key: r.story(columns).label() for r in rows}
+    story_w = min(max([len(s) for s in stories.values()] + [len("first bad (last good)")]), width - 22)
+    names = [_name(r) for r in rows]
+    one_block = width - 2 - 3 * len(columns) - story_w  # room for names when every build fits beside them
+    name_w = min(max([len(n) for n in names] + [10]), max(24, width * 2 // 5, one_block))
+    per_block = max(1, (width - name_w - 2) // 3)
+    blocks = [list(range(i, min(i + per_block, len(columns)))) for i in range(0, len(columns), per_block)] or [[]]
+    if name_w + 2 + 3 * len(blocks[-1]) + story_w > width:
+        blocks.append([])  # the last block has no room for what happened: it gets a block of its own
+    for b, block in enumerate(blocks):
+        last = b == len(blocks) - 1
+        if b:
+            lines.append("")
+        # the last block's names give way to what happened, down to 16 characters
+        nw = max(16, min(name_w, width - 2 - 3 * len(block) - story_w)) if last else name_w
+        sw = width - nw - 2 - 3 * len(block)
+        header = " " * (nw + 2) + "".join(f"{i % 100:<3}" for i in block)
+        lines.append((header + (_cut("first bad (last good)", sw) if last else "")).rstrip())
+        for row in rows:
+            marks = "".join(paint(row.cells[columns[i].label].status,
+                                  MARK.get(row.cells[columns[i].label].status, "?")) + "  "
+                            if columns[i].label in row.cells else "   " for i in block)
+            story = _cut(stories[row.key], sw) if last else ""
+            lines.append(f"{_short(row, nw):<{nw}}  {marks}{story}".rstrip())
     if not rows:
         lines.append("every touchpoint is ok in every build")
     lines.append("")
-    lines.append("legend: . ok  B broken  C changed  ? unknown  E error; rows: " +
-                 ("all" if all_rows else "those not ok in every build (--all-rows for all)"))
+    lines += wrap(terminal_legend(), "  ")
+    lines += wrap(STORY, "  ")
+    lines += wrap("rows: " + ("all" if all_rows else "those not ok in every build (--all-rows for all)"))
     return "\n".join(lines) + "\n"
+
+
+def _left(text: str, width: int) -> str:
+    return text if len(text) <= width else "..." + text[len(text) - max(0, width - 3):]
+
+
+def _short(row: Row, width: int) -> str:
+    """The row's name in ``width`` characters: its place by file name and line, then the touchpoint's head cut
+    first (the tail names the symbol)."""
+    name = _name(row)
+    if len(name) <= width:
+        return name
+    location = (row.location or "").rpartition("/")[2]
+    room = width - len(row.probe) - 2
+    if len(row.touchpoint) + len(location) > room:
+        location = _left(location, max(room - len(row.touchpoint), room // 2))
+    return _cut(f"{row.probe} {_left(row.touchpoint, room - len(location))} {location}".strip(), width)
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, its middle elided when it is longer."""
+    if len(text) <= width:
+        return text
+    head = (width - 3) // 2
+    return text[:head] + "..." + text[len(text) - (width - 3 - head):]
 
 
 def _name(row: Row, width: int = 100) -> str:
@@ -99,20 +154,26 @@ def markdown(matrix: Matrix, all_rows: bool) -> str:
     if errors:
         out.append("")
     out += ["## Where each touchpoint breaks", "", "| probe | touchpoint | consumer | first bad | last good | "
-            "at the first bad build |", "|---|---|---|---|---|---|"]
+            "at the first bad build | then |", "|---|---|---|---|---|---|---|"]
     for row in rows:
-        bad, good = row.first_bad(columns)
-        if bad is None:
+        story = row.story(columns)
+        if story.first_bad is None:
             continue
-        message = row.cells[bad].message
-        out.append(f"| {row.probe} | `{_md(row.touchpoint)}` | {row.location or ''} | {bad} | {good or '-'} | "
-                   f"{_md(message[:300])} |")
+        message = row.cells[story.first_bad].message
+        bad = f"at or before {story.first_bad}" if story.broken_before_range else story.first_bad
+        then = ", ".join(([f"fixed in {story.fixed_in}"] if story.fixed_in else [])
+                         + ([f"broken again in {story.broken_again_in}"] if story.broken_again_in else []))
+        out.append(f"| {row.probe} | `{_md(row.touchpoint)}` | {row.location or ''} | {bad} | "
+                   f"{story.last_good or '-'} | {_md(message[:300])} | {then or '-'} |")
+    out += ["", "'at or before B': already broken or changed at B, the first build of the range, so the matrix cannot "
+            "say when it broke; 'fixed in F': fine again from F."]
     out += ["", "## Every build", "", "| touchpoint | " + " | ".join(c.label for c in columns) + " |",
             "|---|" + "---|" * len(columns)]
     symbol = {"ok": "ok", "broken": "**broken**", "changed": "*changed*", "unknown": "?", "error": "error"}
     for row in rows:
         cells = [symbol.get(row.cells[c.label].status, "") if c.label in row.cells else "" for c in columns]
         out.append(f"| {row.probe} `{_md(row.touchpoint)}` {row.location or ''} | " + " | ".join(cells) + " |")
+    out += ["", "Cells: " + ", ".join(f"{symbol[s]} {LEGEND[s]}" for s in MARK) + f", blank: {BLANK}."]
     counts = _counts(matrix)
     out += ["", "| build | " + " | ".join(MARK) + " |", "|---|" + "---|" * len(MARK)]
     for column in columns:
