@@ -12,9 +12,9 @@ from typing import Any
 
 from compat import __version__
 from compat.findings import Finding
+from compat.policy import DEFAULT, FailOn, fails
 
 SCHEMA = "compat.matrix/1"
-BAD = ("broken", "changed")
 
 
 @dataclass(frozen=True)
@@ -60,14 +60,15 @@ class Row:
     def key(self) -> str:
         return row_key(self.probe, self.touchpoint, self.location)
 
-    def first_bad(self, columns: list[Column]) -> tuple[str | None, str | None]:
-        """(first build where this touchpoint is broken or changed, last build before it where it was ok)."""
+    def first_bad(self, columns: list[Column], fail_on: FailOn = DEFAULT) -> tuple[str | None, str | None]:
+        """(first build where this touchpoint fails under ``fail_on`` (``compat.policy``), last build before it where
+        it was ok)."""
         last_ok = None
         for column in columns:
             cell = self.cells.get(column.label)
             if cell is None:
                 continue
-            if cell.status in BAD:
+            if cell.status != "error" and fails(cell.status, fail_on):
                 return column.label, last_ok
             if cell.status == "ok":
                 last_ok = column.label
@@ -86,10 +87,20 @@ class Matrix:
     columns: list[Column]
     rows: list[Row]
     notes: list[str] = field(default_factory=list)
+    fail_on: FailOn = DEFAULT
+    """What fails (``compat.policy``): the first bad build of each row, and the exit code."""
 
     def interesting(self) -> list[Row]:
         """Rows that are not ok in every build."""
         return [r for r in self.rows if r.worst() != "ok"]
+
+    def failing(self) -> list[str]:
+        """Each row's failing cells under ``fail_on``, one line each: the exit code without a baseline."""
+        unread = {c.label: c.error for c in self.columns if c.error}
+        lines = [f"build {label} could not be read: {error}" for label, error in unread.items()]
+        return lines + [f"{row.probe} {row.touchpoint} ({row.location}) is {cell.status} in {label}: {cell.message}"
+                        for row in self.rows for label, cell in row.cells.items()
+                        if label not in unread and fails(cell.status, self.fail_on)]
 
     def as_json(self) -> dict[str, Any]:
         columns = self.columns
@@ -100,11 +111,12 @@ class Matrix:
             "builds": [{"label": c.label, "spec": c.spec, "version": c.version, "origin": c.origin,
                         "error": c.error} for c in columns],
             "notes": list(self.notes),
+            "fail_on": self.fail_on.value,
             "rows": [self._row_json(r) for r in self.rows],
         }
 
     def _row_json(self, row: Row) -> dict[str, Any]:
-        first_bad, last_good = row.first_bad(self.columns)
+        first_bad, last_good = row.first_bad(self.columns, self.fail_on)
         return {"key": row.key, "probe": row.probe, "touchpoint": row.touchpoint, "location": row.location,
                 "code": row.code, "first_bad": first_bad, "last_good": last_good,
                 "cells": {label: {"status": c.status, "message": c.message, "vllm_location": c.vllm_location,
@@ -122,9 +134,9 @@ class Matrix:
                       list(data.get("notes", [])))
 
 
-def regressions(previous: Matrix, current: Matrix) -> list[str]:
-    """Touchpoints that break in a build where the previous run had them fine: the same build, or (for a build
-    the previous run did not have, such as a new nightly) its newest build."""
+def regressions(previous: Matrix, current: Matrix, fail_on: FailOn = DEFAULT) -> list[str]:
+    """Touchpoints that fail (under ``fail_on``) in a build where the previous run had them fine: the same build,
+    or (for a build the previous run did not have, such as a new nightly) its newest build."""
     before = {r.key: r for r in previous.rows}
     newest = next((c.label for c in reversed(previous.columns) if c.error is None), None)
     found = []
@@ -133,7 +145,7 @@ def regressions(previous: Matrix, current: Matrix) -> list[str]:
         if old is None:
             continue
         for label, cell in row.cells.items():
-            if cell.status not in BAD:
+            if cell.status == "error" or not fails(cell.status, fail_on):
                 continue
             was = old.cells.get(label) or (old.cells.get(newest) if newest else None)
             if was is not None and was.status == "ok":

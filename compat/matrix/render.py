@@ -62,7 +62,7 @@ def terminal(matrix: Matrix, color: bool, all_rows: bool) -> str:
     for row in rows:
         marks = "".join(paint(row.cells[c.label].status, MARK.get(row.cells[c.label].status, "?")) + "  "
                         if c.label in row.cells else "   " for c in columns)
-        bad, good = row.first_bad(columns)
+        bad, good = row.first_bad(columns, matrix.fail_on)
         lines.append(f"{_name(row):<{width}}  {marks}{bad or '-'} ({good or '-'})")
     if not rows:
         lines.append("every touchpoint is ok in every build")
@@ -101,7 +101,7 @@ def markdown(matrix: Matrix, all_rows: bool) -> str:
     out += ["## Where each touchpoint breaks", "", "| probe | touchpoint | consumer | first bad | last good | "
             "at the first bad build |", "|---|---|---|---|---|---|"]
     for row in rows:
-        bad, good = row.first_bad(columns)
+        bad, good = row.first_bad(columns, matrix.fail_on)
         if bad is None:
             continue
         message = row.cells[bad].message
