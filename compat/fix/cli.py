@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from compat import policy
+from compat import buildspec, policy
 from compat.audit.pipeline import DEFAULT_CONSUMER
 from compat.cache import atomic_write_text
 from compat.cli import guarded
@@ -69,6 +69,8 @@ def _fix(args: argparse.Namespace) -> int:
     consumer, vllm = args.consumer, args.vllm
     if args.report:
         consumer, vllm = _from_report(args.report)
+    if vllm is not None:
+        buildspec.parse(vllm)  # bad input: one line, exit 2, before the consumer is read
     if args.in_place and not Path(consumer).is_dir():
         raise CompatError(f"--in-place needs the consumer as a directory of its sources, not {consumer!r}")
     fail_on = policy.choose(args.fail_on)
