@@ -94,8 +94,9 @@ def _audit(args: argparse.Namespace) -> int:
             print(f"{probe.name:12} {probe.description}")
         return 0
     fail_on = policy.choose(args.fail_on, args.strict)
-    vllm = _one_build(args.vllm, "--vllm", args.target)
-    baseline = _one_build(args.baseline, "--baseline", args.target)
+    said: list[str] = []
+    vllm = _one_build(args.vllm, "--vllm", args.target, said)
+    baseline = _one_build(args.baseline, "--baseline", args.target, said)
     options = AuditOptions(consumer=args.consumer, vllm=vllm,
                            written_for=None if args.written_for == "none" else args.written_for,
                            worker_class=args.worker_class, allow=args.allow, fail_on=fail_on,
@@ -113,6 +114,8 @@ def _audit(args: argparse.Namespace) -> int:
         result = upgrade(auditor, baseline, vllm)
     else:
         result = auditor.run()
+    for line in said:
+        print(f"compat.audit: {line}", file=sys.stderr)
     emit(result, Format(args.format), args.color, args.output, args.show_ok)
     if not args.no_reports:
         for path in write_reports(result, args.reports_dir):
@@ -120,14 +123,15 @@ def _audit(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _one_build(text: str | None, flag: str, target: str) -> str | None:
-    """The one build ``text`` names (``compat.buildspec``), said on standard error; None: the default build."""
+def _one_build(text: str | None, flag: str, target: str, said: list[str]) -> str | None:
+    """The one build ``text`` names (``compat.buildspec``; what it resolved to appended to ``said``, for standard
+    error once the audit ran); None: the default build."""
     if text is None:
         return None
     from compat.matrix.builds import Request, one_build
 
     spec, line = one_build(text, Request([text], target=target), "compat.audit", flag)
-    print(f"compat.audit: {line}", file=sys.stderr)
+    said.append(line)
     return spec
 
 
