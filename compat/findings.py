@@ -146,26 +146,3 @@ def status_counts(findings: tuple[Finding, ...] | list[Finding]) -> dict[str, in
         counts[finding.status.value] += 1
     counts["allowed"] = sum(1 for f in findings if f.allowed)
     return counts
-
-
-def failing(findings: tuple[Finding, ...] | list[Finding], strict: bool) -> list[Finding]:
-    """The findings that fail a run: broken or error (unknown too when strict), unless accepted."""
-    bad = {Status.BROKEN, Status.ERROR} | ({Status.UNKNOWN} if strict else set())
-    return [f for f in findings if f.status in bad and not f.allowed]
-
-
-class Verdict:
-    """Mixin for results holding ``findings`` and ``strict``: counts, failing findings, exit code."""
-
-    findings: tuple[Finding, ...]
-    strict: bool
-
-    def counts(self) -> dict[str, int]:
-        return status_counts(self.findings)
-
-    def failing(self) -> list[Finding]:
-        return failing(self.findings, self.strict)
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.failing() else 0

@@ -2,9 +2,12 @@
 
 Each place the consumer touches vLLM becomes one test per build (``vllm-compat::pkg/mod.py:12
 vllm.v1.request.Request[0.12.0]``; ``vllm-compat::build[0.12.0]`` for what is not at a place): it fails when
-the audit finds it broken, changed or in error there, and is skipped when the audit cannot tell (failed too
-with ``--vllm-compat-strict``). Collection reads only the consumer's code; vLLM is read when the first of these
-tests runs (statically for a version or a path, so vLLM is never imported unless the spec is ``installed``).
+a finding there fails under ``--vllm-compat-fail-on`` (``compat.policy``, as ``--fail-on`` in every tool; default
+broken, and error always), and is skipped when the audit finds something that does not fail (changed, or it
+cannot tell); ``--vllm-compat-strict`` is ``--vllm-compat-fail-on=unknown``. A SPEC means what ``--vllm`` means
+in every tool (``compat.buildspec``: a specifier is every matching release, ``newest:SPEC`` the newest only).
+Collection reads only the consumer's code; vLLM is read when the first of these tests runs (statically for a
+version or a path, so vLLM is never imported unless the spec is ``installed``).
 They are collected as any test is (counted, listed, ``-k``), and an id pytest prints selects that one test when
 given back on the command line.
 
@@ -22,20 +25,34 @@ import pytest
 
 _RESULTS = pytest.StashKey[dict]()
 """Per session (on its config): each build's audit result, and why a build named could not be used."""
+_SAID = pytest.StashKey[list]()
+"""What each ``--vllm-compat`` resolved to, said in the terminal summary."""
 _WANTED = pytest.StashKey[list]()
 """The ids of this plugin's tests named on the command line, when some are."""
 NAME = "vllm-compat"
 """The collector of this plugin's tests: their ids start ``vllm-compat::``."""
-FAILING = ("broken", "changed", "error")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("vllm-compat", "audit this project's use of vLLM's internals")
     group.addoption("--vllm-compat", action="append", default=[], metavar="SPEC",
-                    help="a vLLM build to audit against (version, specifier, latest, path, URL); repeatable")
+                    help="vLLM builds to audit against, as --vllm in every tool: a version, a specifier (every "
+                         "matching release), newest:SPEC, latest, installed, a path, a URL, git+URL@REF; repeatable")
     group.addoption("--vllm-compat-consumer", default=None, metavar="PATH",
                     help="the code that uses vLLM (default: the rootdir)")
-    group.addoption("--vllm-compat-strict", action="store_true", help="fail when the audit cannot tell")
+    group.addoption("--vllm-compat-fail-on", default=None, metavar="{broken,changed,unknown}",
+                    help="the lowest status that fails a test (default broken; error always fails)")
+    group.addoption("--vllm-compat-strict", action="store_true", help="the same as --vllm-compat-fail-on=unknown")
+
+
+def _fail_on(config: pytest.Config):
+    from compat import policy
+    from compat.errors import CompatError
+
+    try:
+        return policy.choose(config.getoption("--vllm-compat-fail-on"), config.getoption("--vllm-compat-strict"))
+    except CompatError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,6 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
     are taken out of the paths pytest collects from: they select among this plugin's tests instead."""
     if not config.getoption("--vllm-compat"):
         return
+    _fail_on(config)  # bad input ends the session before anything is collected
     wanted, rest = [], []
     for arg in config.args:
         named = _names_these_tests(config, arg)
@@ -84,7 +102,8 @@ class CompatTests(pytest.Collector):
         config = self.config
         specs = config.getoption("--vllm-compat")
         from compat.audit.pipeline import AuditOptions, Auditor  # consumer side only: vLLM is not read here
-        from compat.matrix.builds import Request, columns_for
+        from compat.buildspec import parse
+        from compat.matrix.builds import Request, columns_for, resolved
 
         consumer = config.getoption("--vllm-compat-consumer") or str(config.rootpath)
         scan = Auditor(AuditOptions(consumer=str(Path(consumer).resolve()), confirm="never")).scan_consumer()
@@ -94,12 +113,17 @@ class CompatTests(pytest.Collector):
         for tp in scan.touchpoints:
             places.setdefault((str(tp.location), tp.symbol), None)
         items: dict[str, BuildItem] = {}
+        said = config.stash.setdefault(_SAID, [])
         for spec in specs:
             try:
-                builds = [c.spec for c in columns_for(spec, request)]
+                parsed = parse(spec, "--vllm-compat")
+                columns = columns_for(parsed, request)
+                builds = [c.spec for c in columns]
+                said.append(resolved(parsed, columns).replace("--vllm", "--vllm-compat", 1))
             except Exception as exc:  # noqa: BLE001 - an unusable spec is a failing test, not a crashed session
                 builds = [spec]
                 results[(spec, "error")] = f"{type(exc).__name__}: {exc}"
+                said.append(f"--vllm-compat {spec}: {exc}")
             for build in builds:
                 label = build.replace("::", ":")
                 for place in [None, *places]:
@@ -132,6 +156,12 @@ def _selects(wanted: str, nodeid: str) -> bool:
                                                                    and nodeid.partition("[")[0] == wanted)
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    """What each ``--vllm-compat`` resolved to."""
+    for line in config.stash.get(_SAID, []):
+        terminalreporter.write_line(f"vllm-compat: {line}")
+
+
 class BuildItem(pytest.Item):
     def __init__(self, *, build: str, scan: Any, place: tuple[str, str] | None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -147,7 +177,10 @@ class BuildItem(pytest.Item):
             error = results.get((self.build, "error"))
             if error:
                 raise CompatFailure(f"vLLM build {self.build} cannot be used: {error}")
-            results[key] = Auditor(AuditOptions(confirm="never")).run(self.scan, open_build(self.build))
+            from compat.matrix.builds import Column, Request, local_spec
+
+            opened = open_build(local_spec(Column(self.build, self.build), Request([self.build])))
+            results[key] = Auditor(AuditOptions(confirm="never")).run(self.scan, opened)
         return results[key]
 
     def runtest(self) -> None:
@@ -158,16 +191,17 @@ class BuildItem(pytest.Item):
             location, symbol = self.place
             findings = [f for f in result.findings if f.consumer_location == location and
                         (f.touchpoint or f.symbol) == symbol]
-        failing = [f for f in findings if f.status.value in FAILING and not f.allowed]
+        from compat import policy
+
+        fail_on = _fail_on(self.config)
+        failing = policy.failing(findings, fail_on)
         if failing:
             raise CompatFailure("; ".join(f"{f.check} {f.status.value}: {f.message}" + (f" (fix: {f.fix})"
                                           if f.fix else "") for f in failing))
-        unknown = [f for f in findings if f.status.value == "unknown"]
-        if unknown:
-            message = "; ".join(f"{f.check}: {f.message}" for f in unknown)
-            if self.config.getoption("--vllm-compat-strict"):
-                raise CompatFailure(f"the audit cannot tell: {message}")
-            pytest.skip(f"the audit cannot tell: {message}")
+        passing = [f for f in findings if f.status.value != "ok" and not f.allowed]
+        if passing:
+            message = "; ".join(f"{f.check} {f.status.value}: {f.message}" for f in passing)
+            pytest.skip(f"not failing under --vllm-compat-fail-on={fail_on.value}: {message}")
 
     def repr_failure(self, excinfo, style=None):  # type: ignore[override]
         if isinstance(excinfo.value, CompatFailure):

@@ -20,6 +20,7 @@ from compat.matrix.cli import main as matrix_main
 from compat.matrix.model import Cell, Column, Matrix, Row, regressions
 from compat.matrix.render import render
 from compat.matrix.run import Request, run
+from compat.policy import FailOn
 
 RELEASES = ["0.11.0", "0.11.1", "0.12.0", "0.17.0"]
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
@@ -141,8 +142,10 @@ def test_first_bad_and_regressions_against_a_baseline():
 @pytest.mark.slow
 def test_the_cli_writes_every_format_and_fails_on_a_regression(tmp_path, capsys):
     out = tmp_path / "out"
+    # without a baseline the policy decides: the Scheduler call is broken in 0.11.1, so the run fails
     assert matrix_main(["--vllm", "0.11.0", "--vllm", "0.11.1", "--output-dir", str(out), "--format", "json",
-                        "--output", str(tmp_path / "m.json")]) == 0
+                        "--output", str(tmp_path / "m.json")]) == 1
+    assert "FAILING call vllm.v1.core.sched.scheduler.Scheduler" in capsys.readouterr().err
     assert {p.name for p in out.iterdir()} == {"matrix.html", "matrix.md", "matrix.json", "matrix.junit.xml"}
     # a baseline in which 0.11.1 was fine everywhere: the Scheduler call that breaks there is a regression
     data = json.loads((tmp_path / "m.json").read_text())
@@ -232,7 +235,7 @@ def test_every_first_bad_build_of_the_full_matrix_is_where_the_cited_code_change
     assert full.columns[0].label == "0.11.0" and len(full.columns) >= 30
     checked = 0
     for row in full.rows:
-        bad, good = row.first_bad(full.columns)
+        bad, good = row.first_bad(full.columns, FailOn.CHANGED)  # broken or changed: every transition
         if bad is None or good is None:
             continue
         roots = {label: sources.tree_from_release("vllm", label).root for label in (good, bad)}
@@ -252,7 +255,7 @@ def test_bisect_agrees_with_the_matrix_on_every_breakage(speculators):
     versions = [c.label for c in full.columns]
     checked = 0
     for row in full.rows:
-        bad, good = row.first_bad(full.columns)
+        bad, good = row.first_bad(full.columns, FailOn.CHANGED)  # broken or changed: every transition
         if bad is None or good is None or row.cells.get(versions[-1]) is None:
             continue
         if any(row.cells.get(v) is None or row.cells[v].status not in ("broken", "changed")
@@ -262,7 +265,8 @@ def test_bisect_agrees_with_the_matrix_on_every_breakage(speculators):
         # consumer was written for); else (unknown there) from the last good release
         first = row.cells.get(versions[0])
         start = 0 if first is None or first.status == "ok" else versions.index(good)
-        judge = bisection.Judge(speculators, AuditOptions(confirm="never"), row.key, lambda v: v)
+        judge = bisection.Judge(speculators, AuditOptions(confirm="never", fail_on=FailOn.CHANGED), row.key,
+                                lambda v: v)
         found_good, found_bad, _ = bisection.bisect(versions[start:], judge)
         assert (found_bad.build, found_good.build) == (bad, good), row.key
         checked += 1

@@ -1,6 +1,7 @@
 """``python -m compat.audit``: audit a consumer of vLLM's internals against a vLLM build.
 
-Exit codes: 0 nothing broken, 1 something broken (or unknown, with --strict), 2 the audit could not run.
+Exit codes: 0 nothing fails, 1 a finding fails under --fail-on (default: broken or error), 2 the audit could not
+run (or --vllm names several builds: this reads one).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+from compat import policy
 from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
 from compat.audit.result import SCHEMA, AuditResult
 from compat.cache import atomic_write_text
@@ -25,8 +27,9 @@ def parser() -> argparse.ArgumentParser:
                    help="requirement (speculators==0.3.0), installed distribution, wheel/sdist, .py file or "
                         f"directory (default: {DEFAULT_CONSUMER})")
     p.add_argument("--vllm", default=None,
-                   help="installed | VERSION | SPECIFIER | latest | wheel/sdist | source directory "
-                        "(default: installed when vLLM imports, else latest)")
+                   help="one build: installed | latest | VERSION | newest:SPECIFIER | wheel/sdist | source directory | "
+                        "URL | git+URL@REF; a bare SPECIFIER (every matching release) is refused unless one release "
+                        "matches (default: installed when vLLM imports, else latest)")
     p.add_argument("--baseline", default=None,
                    help="upgrade mode: audit this build too and report only what changed between the two")
     p.add_argument("--written-for", default="auto",
@@ -38,7 +41,8 @@ def parser() -> argparse.ArgumentParser:
                    help="where the JSON and Markdown reports also land (default: reports/)")
     p.add_argument("--no-reports", action="store_true", help="do not write reports/ files")
     p.add_argument("--allow", type=Path, help="TOML allow-list of accepted findings, each with a reason")
-    p.add_argument("--strict", action="store_true", help="count unknown findings as broken")
+    policy.add_option(p)
+    p.add_argument("--strict", action="store_true", help="the same as --fail-on unknown")
     p.add_argument("--worker-class", default=DEFAULT_WORKER_CLASS,
                    help=f"vLLM worker class RPC names resolve against (default: {DEFAULT_WORKER_CLASS})")
     p.add_argument("--vllm-version", help="version to assume for the audited build (dev builds)")
@@ -90,9 +94,13 @@ def _audit(args: argparse.Namespace) -> int:
         for probe in all_probes():
             print(f"{probe.name:12} {probe.description}")
         return 0
-    options = AuditOptions(consumer=args.consumer, vllm=args.vllm,
+    fail_on = policy.choose(args.fail_on, args.strict)
+    said: list[str] = []
+    vllm = _one_build(args.vllm, "--vllm", args.target, said)
+    baseline = _one_build(args.baseline, "--baseline", args.target, said)
+    options = AuditOptions(consumer=args.consumer, vllm=vllm,
                            written_for=None if args.written_for == "none" else args.written_for,
-                           worker_class=args.worker_class, allow=args.allow, strict=args.strict,
+                           worker_class=args.worker_class, allow=args.allow, fail_on=fail_on,
                            target=args.target, vllm_version=args.vllm_version,
                            architectures=tuple(a.strip() for a in args.architectures.split(",") if a.strip()),
                            confirm=args.confirm, confirm_timeout=args.confirm_timeout, all_files=args.all_files)
@@ -101,17 +109,31 @@ def _audit(args: argparse.Namespace) -> int:
 
         allowlist.load(options.allow)  # bad allow-lists fail before any download
     auditor = Auditor(options)
-    if args.baseline:
+    if baseline:
         from compat.audit.upgrade import upgrade
 
-        result = upgrade(auditor, args.baseline, args.vllm)
+        result = upgrade(auditor, baseline, vllm)
     else:
         result = auditor.run()
+    for line in said:
+        print(f"compat.audit: {line}", file=sys.stderr)
     emit(result, Format(args.format), args.color, args.output, args.show_ok)
     if not args.no_reports:
         for path in write_reports(result, args.reports_dir):
             print(f"report: {path}", file=sys.stderr)
     return result.exit_code
+
+
+def _one_build(text: str | None, flag: str, target: str, said: list[str]) -> str | None:
+    """The one build ``text`` names (``compat.buildspec``; what it resolved to appended to ``said``, for standard
+    error once the audit ran); None: the default build."""
+    if text is None:
+        return None
+    from compat.matrix.builds import Request, one_build
+
+    spec, line = one_build(text, Request([text], target=target), "compat.audit", flag)
+    said.append(line)
+    return spec
 
 
 def run() -> None:

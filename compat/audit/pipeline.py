@@ -20,6 +20,7 @@ from compat.consumer.scan import cached_scan
 from compat.consumer.source import open_consumer
 from compat.errors import CompatError
 from compat.findings import Confirmation, Evidence, Finding, Place, Status, by_place
+from compat.policy import DEFAULT, FailOn
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, Probe, ProbeContext
 from compat.vllm.builds import OpenedBuild, open_build
 from compat.vllm.surface import Found, Lookup, Missing, Surface
@@ -36,7 +37,8 @@ class AuditOptions:
     """The build the consumer was written for (evidence): ``auto`` reads its metadata pin; None: skip."""
     worker_class: str = DEFAULT_WORKER_CLASS
     allow: Path | None = None
-    strict: bool = False
+    fail_on: FailOn = DEFAULT
+    """The lowest status that fails the run (``compat.policy``)."""
     target: str = "vllm"
     vllm_version: str | None = None
     """Override the audited build's version (for unparseable dev builds)."""
@@ -108,7 +110,7 @@ class Auditor:
             findings = allowlist.apply(findings, allowlist.load(self.options.allow))
         findings.sort(key=lambda f: (f.status.rank, *by_place(f), f.check, f.symbol))
         return AuditResult(scan, surface.build, tuple(findings),
-                           reference.build if reference is not None else None, tuple(notes), self.options.strict)
+                           reference.build if reference is not None else None, tuple(notes), self.options.fail_on)
 
     def _confirm(self, ctx: ProbeContext, found: list[Finding], notes: list[str]) -> list[Finding]:
         """The runtime confirmation (real engines of the installed build: minutes), run with ``--confirm always``,

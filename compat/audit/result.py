@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass
 
 from compat import __version__
 from compat.consumer.model import Scan
-from compat.findings import Finding, Verdict
+from compat.findings import Finding
+from compat.policy import DEFAULT, FailOn, Verdict
 from compat.report import build_label
 from compat.vllm.surface import BuildInfo
 
@@ -20,7 +21,7 @@ class AuditResult(Verdict):
     findings: tuple[Finding, ...]
     written_for: BuildInfo | None = None
     notes: tuple[str, ...] = ()
-    strict: bool = False
+    fail_on: FailOn = DEFAULT
     baseline: BuildInfo | None = None
     mode: str = "audit"
 
@@ -63,6 +64,7 @@ class AuditResult(Verdict):
             "baseline": asdict(self.baseline) if self.baseline else None,
             "written_for": asdict(self.written_for) if self.written_for else None,
             "notes": list(self.notes),
-            "summary": {**self.counts(), "exit_code": self.exit_code, "strict": self.strict},
+            "summary": {**self.counts(), "exit_code": self.exit_code,
+                        "fail_on": self.fail_on.value, "strict": self.fail_on is FailOn.UNKNOWN},
             "findings": [f.as_dict() | {"touchpoint": f.touchpoint} for f in self.findings],
         }

@@ -32,7 +32,7 @@ def upgrade(auditor: Auditor, baseline: str, target: str | None) -> AuditResult:
             f"{was} -> {finding.status.value}: {finding.message}")
         changed.append(replace(finding, message=message, evidence=evidence))
     notes = tuple(dict.fromkeys(before.notes + after.notes))
-    return AuditResult(scan, after.build, tuple(changed), None, notes, options.strict, base.surface.build, "upgrade")
+    return AuditResult(scan, after.build, tuple(changed), None, notes, options.fail_on, base.surface.build, "upgrade")
 
 
 def _same(before: str | None, after: str | None) -> bool:

@@ -2,9 +2,10 @@
 every build of a range, shown as a unified diff (default), written as a patched copy (``--apply DIR``), or
 written into the consumer's own files (``--in-place``, the only way this tool changes a user's files).
 
-The patched consumer is re-audited against every build of the range: no finding a fixer claims may remain.
-Exit codes: 0 every broken or changed finding is fixed, 1 some remain (listed, with why no fixer handles
-them), 2 the fix could not be made (bad input, or code that is not what the fix was planned for).
+The fixers try every broken or changed finding. The patched consumer is re-audited against every build of the
+range. Exit codes: 0 nothing left fails under --fail-on (``compat.policy``; default: broken or error), 1 some
+remain (listed, with why no fixer handles them), 2 the fix could not be made (bad input, or code that is not
+what the fix was planned for).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from compat import buildspec, policy
 from compat.audit.pipeline import DEFAULT_CONSUMER
 from compat.cache import atomic_write_text
 from compat.cli import guarded
@@ -27,8 +29,9 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--consumer", default=DEFAULT_CONSUMER, help=f"as for compat.audit (default {DEFAULT_CONSUMER})")
     p.add_argument("--vllm", default=None,
-                   help="a specifier (every release matching it), a version, or one build; default: every "
-                        "release from the one the consumer pins")
+                   help="a specifier (every release matching it; newest:SPEC the newest only), a version, latest, "
+                        "installed, a wheel/sdist/source directory, a URL, git+URL@REF; default: every release from "
+                        "the one the consumer pins")
     p.add_argument("--report", type=Path, help="take --consumer and --vllm from an audit's JSON report")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--apply", type=Path, metavar="DIR", help="write a patched copy of the consumer to DIR")
@@ -36,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, help="write the diff to this file instead of standard output")
     p.add_argument("--without", action="append", default=[], metavar="FIXER", help="leave a fixer out")
     p.add_argument("--no-verify", action="store_true", help="do not re-audit the patched consumer")
+    policy.add_option(p)
     p.add_argument("--list-fixers", action="store_true", help="list the fixers and exit")
     p.add_argument("--debug", action="store_true", help="show full tracebacks for internal errors")
     return p
@@ -65,9 +69,13 @@ def _fix(args: argparse.Namespace) -> int:
     consumer, vllm = args.consumer, args.vllm
     if args.report:
         consumer, vllm = _from_report(args.report)
+    if vllm is not None:
+        buildspec.parse(vllm)  # bad input: one line, exit 2, before the consumer is read
     if args.in_place and not Path(consumer).is_dir():
         raise CompatError(f"--in-place needs the consumer as a directory of its sources, not {consumer!r}")
-    fix = plan_fix(FixOptions(consumer=consumer, vllm=vllm, without=tuple(args.without)))
+    fail_on = policy.choose(args.fail_on)
+    fix = plan_fix(FixOptions(consumer=consumer, vllm=vllm, without=tuple(args.without), fail_on=fail_on))
+    print(f"compat.fix: {fix.resolved}", file=sys.stderr)
     diff = fix.diff()
     if args.output:
         atomic_write_text(args.output, diff)
@@ -86,9 +94,9 @@ def _fix(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="compat-fix-") as tmp:
             verification = verify(write_copy(fix, Path(tmp) / "patched"), fix)
     summary(fix, verification)
-    remaining = [u for p in fix.plans for u in p.unhandled]
-    if verification is not None and (not verification.ok or verification.unhandled):
-        return 1
+    if verification is not None:
+        return 1 if verification.failing() else 0
+    remaining = [u for p in fix.plans for u in p.unhandled if policy.fails(u.finding.status, fail_on)]
     return 1 if remaining else 0
 
 
@@ -121,6 +129,10 @@ def summary(fix: Fix, verification: Verification | None) -> None:
     for (check, symbol, why), versions in sorted(kept.items()):
         print(f"  accepted: {check} {symbol} (vLLM {versions[0]}..{versions[-1]}): {why}", file=err)
     state = "clean" if verification.ok and not verification.unhandled else "NOT clean"
+    if verification.failing():
+        state += f" ({len(verification.failing())} fail under --fail-on {verification.fail_on.value})"
+    elif state != "clean":
+        state += f" (none fails under --fail-on {verification.fail_on.value})"
     print(f"  re-audit of the patched consumer against {len(verification.builds)} builds: {state}", file=err)
 
 

@@ -17,18 +17,21 @@ from pathlib import Path
 
 import libcst as cst
 
+from compat import buildspec
 from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
 from compat.cache import atomic_write_text
 from compat.consumer.model import Kind, Scan
 from compat.consumer.pins import resolve_pin
 from compat.consumer.scan import scan_tree
 from compat.consumer.source import open_consumer
-from compat.errors import CompatError, UnknownVersion
+from compat.errors import CompatError
 from compat.findings import Finding
 from compat.fix.context import FAILING, AuditedBuild, FixContext, Shim
 from compat.fix.edits import Edit, ImportShim, ReplaceStatements, RouteImport
 from compat.fix.plan import FixerPlan
 from compat.fix.shim import Export, assemble, exports
+from compat.matrix.builds import Request, columns_for, local_spec, resolved
+from compat.policy import DEFAULT, FailOn, fails
 from compat.sources import SourceTree, index, tree_from_path
 from compat.vllm.builds import OpenedBuild, open_build
 
@@ -37,8 +40,11 @@ from compat.vllm.builds import OpenedBuild, open_build
 class FixOptions:
     consumer: str = DEFAULT_CONSUMER
     vllm: str | None = None
-    """A specifier (every release matching it), a version, or one build (wheel, sdist, checkout, installed).
-    Default: every release from the one the consumer pins (``>=0.11.0`` for speculators 0.3.0)."""
+    """A build spec (``compat.buildspec``): a specifier (every release matching it), ``newest:SPEC``, a version,
+    or one build (wheel, sdist, checkout, URL, ``git+URL@REF``, installed). Default: every release from the one
+    the consumer pins (``>=0.11.0`` for speculators 0.3.0)."""
+    fail_on: FailOn = DEFAULT
+    """What the verification fails on (``compat.policy``); the fixers try every broken or changed finding."""
     without: tuple[str, ...] = ()
     """Fixers to leave out (to see what a fix is for)."""
     target: str = "vllm"
@@ -52,6 +58,10 @@ class Fix:
     ctx: FixContext
     plans: tuple[FixerPlan, ...]
     files: dict[str, tuple[str, str]] = field(default_factory=dict)
+    fail_on: FailOn = DEFAULT
+    """What its verification fails on (``compat.policy``)."""
+    resolved: str = ""
+    """What ``--vllm`` resolved to, in words."""
 
     @property
     def changed(self) -> bool:
@@ -75,23 +85,37 @@ class Verification:
     unhandled: tuple[tuple[str, Finding], ...]
     accepted: tuple[tuple[str, Finding, str], ...] = ()
     """Failing findings a fixer accepted on purpose, with its reason."""
+    fail_on: FailOn = DEFAULT
 
     @property
     def ok(self) -> bool:
         return not self.claimed
 
+    def failing(self) -> list[tuple[str, Finding]]:
+        """What is left that fails under ``fail_on`` (``compat.policy``): claimed by a fixer or handled by none."""
+        return [(v, f) for v, f in self.claimed + self.unhandled if fails(f.status, self.fail_on)]
 
-def audit_range(scan: Scan, spec: str, target: str = "vllm") -> tuple[AuditedBuild, ...]:
-    """The consumer audited against every build ``spec`` names, oldest first."""
-    auditor = Auditor(AuditOptions(confirm="never", target=target))
-    try:
-        kind, _ = index.parse_request(spec)
-    except UnknownVersion:
-        kind = "build"  # installed, a path, a wheel or sdist
-    specs = [str(v) for v in index.resolve_range(target, spec)] if kind == "range" else [spec]
-    if not specs:
+
+def resolve_builds(spec: str, target: str = "vllm") -> tuple[list[str], str]:
+    """What ``open_build`` opens for each build ``spec`` names (``compat.buildspec``: a specifier is every matching
+    release, as in every tool), oldest first, and the line saying what it resolved to."""
+    request = Request([spec], target=target)
+    parsed = buildspec.parse(spec)
+    columns = columns_for(parsed, request)
+    if not columns:
         raise CompatError(f"--vllm {spec!r}: no release of {target} matches")
+    return [local_spec(c, request) for c in columns], resolved(parsed, columns)
+
+
+def audit_range(scan: Scan, spec: str, target: str = "vllm", said: list[str] | None = None
+                ) -> tuple[AuditedBuild, ...]:
+    """The consumer audited against every build ``spec`` names, oldest first (what it resolved to appended to
+    ``said``)."""
+    auditor = Auditor(AuditOptions(confirm="never", target=target))
     builds = []
+    specs, line = resolve_builds(spec, target)
+    if said is not None:
+        said.append(line)
     for one in specs:
         opened = open_build(one, target)
         result = auditor.run(scan, opened)
@@ -121,15 +145,17 @@ def plan_fix(options: FixOptions) -> Fix:
         raise CompatError(f"--without {', '.join(sorted(unknown))}: no such fixer "
                           f"(fixers: {', '.join(f.name for f in all_fixers())})")
     active = tuple(f.name for f in all_fixers() if f.name not in options.without)
+    said: list[str] = []
     ctx = FixContext(_outside(scan, shim.path), tuple(_without_findings_in(b, shim.path)
-                                                      for b in audit_range(scan, spec, options.target)), shim, active)
+                                                      for b in audit_range(scan, spec, options.target, said)),
+                     shim, active)
     plans = tuple(p for p in (f.plan(ctx) for f in all_fixers() if f.name in active) if not p.empty)
     files = edit_files(tree.root, ctx, plans)
     if any(rel != shim.path and old != new for rel, (old, new) in files.items()) and _generated(tree.root / shim.path):
         raise CompatError(f"{tree.root / shim.path}: this consumer was already patched by compat.fix, and the new "
                           f"fix for {ctx.versions} needs more edits; fix the original sources instead (a new shim "
                           "would drop what the earlier edits rely on)")
-    return Fix(tree, ctx, plans, files)
+    return Fix(tree, ctx, plans, files, options.fail_on, said[0])
 
 
 def _outside(scan: Scan, path: str) -> Scan:
@@ -246,7 +272,7 @@ def verify(patched: Path, fix: Fix) -> Verification:
             scan = replace(views[given], written_for=fix.ctx.scan.written_for)
             result = auditor.run(scan, OpenedBuild(build.surface))
             for finding in result.findings:
-                if finding.status not in FAILING:
+                if finding.status not in FAILING and not fails(finding.status, fix.fail_on):
                     continue
                 why = next((why for c, why in accepting if c.covers(finding)), None)
                 if any(c.covers(finding) for c in claims) and not _in_shim(finding, fix):
@@ -256,7 +282,7 @@ def verify(patched: Path, fix: Fix) -> Verification:
                 else:
                     unhandled.append((build.version, finding))
     return Verification(tuple(b.version for b in fix.ctx.builds), tuple(claimed), tuple(unhandled),
-                        tuple(accepted))
+                        tuple(accepted), fix.fail_on)
 
 
 def _in_shim(finding: Finding, fix: Fix) -> bool:

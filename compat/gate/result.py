@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compat import __version__
-from compat.findings import Finding, Verdict
+from compat.findings import Finding
 from compat.gate.expect import Expectations
 from compat.gate.recompute import RANDOM
+from compat.policy import FailOn, Verdict
 
 SCHEMA = "compat.gate/1"
 
@@ -72,6 +73,12 @@ class GateResult(Verdict):
     without --values."""
 
     tool = "compat.gate"
+
+    @property
+    def fail_on(self) -> FailOn:
+        """The gate's ``--strict`` on the shared policy (``compat.policy``): unknown fails too. The gate makes no
+        ``changed`` findings, so its two levels are the policy's ``broken`` and ``unknown``."""
+        return FailOn.UNKNOWN if self.strict else FailOn.BROKEN
 
     def failures_by_rule(self) -> dict[str, int]:
         return dict(sorted(Counter(f.check for f in self.failing()).items()))

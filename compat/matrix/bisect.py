@@ -4,8 +4,9 @@ Between two releases, the releases in between are audited by bisection. Given a 
 (``--repo``), the commits between two commits are read one at a time with ``git archive`` (never built) and
 bisected the same way; the first bad commit is printed with its subject and the diff hunk of the audited
 symbol. The touchpoint is named by its row's key in the matrix JSON (``rows[].key``), or by a part of exactly
-one row's key: a key that names no row, or a part of several, exits 2 with the candidates listed. Exit codes: 0
-found, 1 the good build is not good or the bad one not bad, 2 the bisection could not run.
+one row's key: a key that names no row, or a part of several, exits 2 with the candidates listed. A build is bad
+for the touchpoint when its finding there fails under ``--fail-on`` (``compat.policy``; default: broken or error).
+Exit codes: 0 found, 1 the good build is not good or the bad one not bad, 2 the bisection could not run.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from compat import policy
 from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
 from compat.cache import cache_dir
 from compat.cli import guarded
@@ -32,8 +34,6 @@ from compat.report.escaping import escaped
 from compat.sources import index
 from compat.vllm.builds import open_build
 
-BAD = ("broken", "changed")
-
 
 @dataclass(frozen=True)
 class Probe:
@@ -41,10 +41,11 @@ class Probe:
 
     build: str
     finding: Finding | None
+    fail_on: policy.FailOn = policy.DEFAULT
 
     @property
     def bad(self) -> bool:
-        return self.finding is not None and self.finding.status.value in BAD
+        return self.finding is not None and policy.fails(self.finding.status, self.fail_on)
 
 
 def key_of(finding: Finding) -> str:
@@ -126,6 +127,7 @@ class Judge:
 
     def __init__(self, scan: Scan, options: AuditOptions, touchpoint: str, opener: Callable[[str], str]) -> None:
         self.scan, self.options, self.touchpoint, self.opener = scan, options, touchpoint, opener
+        self.fail_on = options.fail_on
         self._findings: dict[str, list[Finding]] = {}
 
     def findings(self, build: str) -> list[Finding]:
@@ -140,8 +142,8 @@ class Judge:
 
     def __call__(self, build: str) -> Probe:
         found = [f for f in self.findings(build) if key_of(f) == self.touchpoint]
-        bad = [f for f in found if f.status.value in BAD]
-        return Probe(build, (bad or found or [None])[0])
+        bad = [f for f in found if policy.fails(f.status, self.fail_on)]
+        return Probe(build, (bad or found or [None])[0], self.fail_on)
 
 
 # ---- git ---------------------------------------------------------------------------------------
@@ -204,6 +206,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--good", required=True, help="a release (or, with --repo, a commit) where it is fine")
     p.add_argument("--bad", required=True, help="a release (or, with --repo, a commit) where it is broken")
     p.add_argument("--repo", type=Path, help="a vLLM git checkout: bisect its commits instead of releases")
+    policy.add_option(p)
     p.add_argument("--debug", action="store_true")
     return p
 
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    options = AuditOptions(consumer=args.consumer, confirm="never")
+    options = AuditOptions(consumer=args.consumer, confirm="never", fail_on=policy.choose(args.fail_on))
     scan = Auditor(options).scan_consumer()
     if args.repo:
         repo = args.repo.resolve()

@@ -1,9 +1,6 @@
-"""What ``--vllm`` values name, as matrix columns, and how each is opened.
-
-- a version (``0.12.0``), ``latest``, or a specifier (``>=0.11``, ``>=0.11,<0.20``): releases;
-- a local wheel, sdist or source directory (a checkout of some vLLM commit);
-- a URL of a wheel or sdist (a wheel's Python files are read with HTTP range requests);
-- ``git+URL@REF``: the files of one commit.
+"""The builds a ``--vllm`` value names (parsed by ``compat.buildspec``, the same in every tool), and how each is
+opened: releases of the package index, a local wheel, sdist or source directory, a URL of a wheel or sdist (a
+wheel's Python files are read with HTTP range requests), ``git+URL@REF`` (the files of one commit).
 
 With ``--index-url`` or ``--find-links`` (vLLM's per-commit nightly index, a directory of wheels), versions and
 specifiers are found there by ``unearth``, the finder PDM uses: several indexes and find-links at once,
@@ -17,10 +14,11 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from compat import buildspec
+from compat.buildspec import BuildSpec, Form
 from compat.errors import CompatError, UnknownVersion
 from compat.matrix.model import Column
 from compat.sources import index, remote
@@ -61,49 +59,52 @@ def _version_from_filename(name: str) -> str | None:
     return tail if is_release_spec(tail) else None
 
 
-def columns_for(spec: str, request: Request) -> list[Column]:
-    spec = spec.strip()
-    if not spec:
-        return []
-    if spec.startswith("git+"):
-        url, _, ref = spec[4:].rpartition("@")
-        if not url or not ref:
-            raise CompatError(f"{spec}: a git build is git+URL@REF")
-        return [Column(f"{PurePosixPath(urllib.parse.urlparse(url).path).stem}@{ref}", spec)]
-    if _is_url(spec):
-        name = PurePosixPath(urllib.parse.urlparse(spec).path).name
-        return [Column(name, spec, _version_from_filename(name))]
-    path = Path(spec)
-    if path.exists():
-        return [Column(path.name, str(path.resolve()), _version_from_filename(path.name))]
+def columns_for(spec: str | BuildSpec, request: Request) -> list[Column]:
+    """The builds ``spec`` names (``compat.buildspec``: the same meaning in every tool), oldest release first."""
+    parsed = spec if isinstance(spec, BuildSpec) else buildspec.parse(spec)
+    if parsed.form is Form.INSTALLED:
+        return [Column("installed", "installed")]
+    if parsed.form is Form.GIT:
+        url, ref = parsed.value, parsed.ref
+        return [Column(f"{PurePosixPath(urllib.parse.urlparse(url).path).stem}@{ref}", f"git+{url}@{ref}")]
+    if parsed.form is Form.URL:
+        name = PurePosixPath(urllib.parse.urlparse(parsed.value).path).name
+        return [Column(name, parsed.value, _version_from_filename(name))]
+    if parsed.form is Form.PATH:
+        path = Path(parsed.value)
+        return [Column(path.name, str(path), _version_from_filename(path.name))]
     if request.index_urls or request.find_links:
-        return _found(spec, request)
-    if spec == "latest" or is_release_spec(spec):
-        version = str(index.resolve(request.target, spec))
+        return _found(parsed, request)
+    if parsed.form in (Form.LATEST, Form.VERSION) or not parsed.many:
+        version = str(index.resolve(request.target, "latest" if parsed.form is Form.LATEST else parsed.value))
         return [Column(version, version, version)]
-    try:
-        SpecifierSet(spec)
-    except InvalidSpecifier as exc:
-        raise CompatError(f"{spec}: not a version, specifier, path, URL or git+URL@REF") from exc
-    found = [str(v) for v in index.resolve_range(request.target, spec)
+    found = [str(v) for v in index.resolve_range(request.target, parsed.value)
              if request.pre or not v.is_prerelease]
     if not found:
-        raise UnknownVersion(f"no {request.target} release matches {spec}")
+        raise UnknownVersion(f"no {request.target} release matches {parsed.value}")
     return [Column(v, v, v) for v in found]
 
 
-def _found(spec: str, request: Request) -> list[Column]:
+def resolved(spec: BuildSpec, columns: list[Column]) -> str:
+    """What a tool says it resolved ``spec`` to: ``>=0.12,<0.17 (every release matching ...) -> 0.12.0, ...``."""
+    labels = [c.label for c in columns]
+    shown = ", ".join(labels) if len(labels) <= 8 else f"{', '.join(labels[:3])}, ..., {', '.join(labels[-2:])}"
+    return f"--vllm {spec.text} ({spec.describe()}) -> {shown or 'no build'}" + (
+        f" ({len(labels)} builds)" if len(labels) > 1 else "")
+
+
+def _found(parsed: BuildSpec, request: Request) -> list[Column]:
     """Versions from the given indexes and find-links (unearth); each column opens the file found there."""
     from unearth import PackageFinder
 
     finder = PackageFinder(index_urls=request.index_urls, find_links=request.find_links,
                            ignore_compatibility=True)
-    if spec == "latest":
+    if parsed.form is Form.LATEST:
         requirement = request.target
-    elif is_release_spec(spec):
-        requirement = f"{request.target}=={spec}"
+    elif parsed.form is Form.VERSION:
+        requirement = f"{request.target}=={parsed.value}"
     else:
-        requirement = f"{request.target}{spec}"
+        requirement = f"{request.target}{parsed.value}"
     try:
         packages = finder.find_matches(requirement, allow_yanked=False, allow_prereleases=request.pre or None)
     except Exception as exc:  # noqa: BLE001 - any finder failure is one clear line
@@ -115,7 +116,7 @@ def _found(spec: str, request: Request) -> list[Column]:
     if not by_version:
         raise UnknownVersion(f"no {requirement} in {', '.join(request.index_urls + request.find_links)}")
     versions = sorted(by_version, key=Version)
-    if spec == "latest":
+    if not parsed.many:
         versions = versions[-1:]
     return [Column(v, _choose(by_version[v]), v) for v in versions]
 
@@ -148,3 +149,16 @@ def local_spec(column: Column, request: Request) -> str:
             return str(remote.wheel_sources(spec))
         return str(remote.download(spec))
     return spec
+
+
+def one_build(text: str, request: Request, tool: str, flag: str = "--vllm") -> tuple[str, str]:
+    """For a tool that reads one build: what ``open_build`` opens for ``text``, and the line saying what it resolved
+    to. A spec naming several builds (a specifier: every matching release) is refused, never narrowed silently."""
+    parsed = buildspec.parse(text, flag)
+    columns = columns_for(parsed, request)
+    if len(columns) != 1:
+        shown = ", ".join(c.label for c in columns[:3]) + (", ..." if len(columns) > 3 else "")
+        raise CompatError(f"{tool} reads one build, and {flag} {text} names {parsed.describe()} ({len(columns)} "
+                          f"builds: {shown}); write newest:{parsed.value} for the newest, or use compat.matrix for "
+                          "all of them")
+    return local_spec(columns[0], request), resolved(parsed, columns).replace("--vllm", flag, 1)

@@ -12,17 +12,18 @@ from typing import Any
 
 from compat import __version__
 from compat.findings import Finding
+from compat.policy import DEFAULT, FailOn, fails
 
 SCHEMA = "compat.matrix/1"
-BAD = ("broken", "changed")
 LEGEND = {"ok": "ok", "broken": "broken",
           "changed": "changed (resolves, but a default or behaviour it relies on differs)",
           "unknown": "unknown (could not be checked)", "error": "error (the build could not be read or audited)"}
 """What each cell status means, for the legends of every rendering."""
 BLANK = "no finding: the audit of that build said nothing about this touchpoint"
-STORY = ("first bad (last good): the first build broken or changed (the last ok build before it, '-' when none "
-         "was ok before it); 'at or before B': already broken or changed at B, the range's first build, so when it "
-         "broke is not known; 'fixed in F': ok again from F; 'broken again in A': and bad again from A")
+STORY = ("first bad (last good): the first build where it fails by --fail-on, broken by default (the last ok build "
+         "before it, '-' when none was ok before it); 'at or before B': already failing at B, the range's first "
+         "build, so when it broke is not known; 'fixed in F': ok again from F; 'broken again in A': and failing "
+         "again from A")
 
 
 @dataclass(frozen=True)
@@ -93,22 +94,23 @@ class Row:
     def key(self) -> str:
         return row_key(self.probe, self.touchpoint, self.location)
 
-    def first_bad(self, columns: list[Column]) -> tuple[str | None, str | None]:
-        """(first build where this touchpoint is broken or changed, last build before it where it was ok)."""
+    def first_bad(self, columns: list[Column], fail_on: FailOn = DEFAULT) -> tuple[str | None, str | None]:
+        """(first build where this touchpoint fails under ``fail_on`` (``compat.policy``), last build before it where
+        it was ok)."""
         last_ok = None
         for column in columns:
             cell = self.cells.get(column.label)
             if cell is None:
                 continue
-            if cell.status in BAD:
+            if cell.status != "error" and fails(cell.status, fail_on):
                 return column.label, last_ok
             if cell.status == "ok":
                 last_ok = column.label
         return None, last_ok
 
-    def story(self, columns: list[Column]) -> Story:
-        """What happened to this touchpoint over ``columns``, read in build order."""
-        bad, good = self.first_bad(columns)
+    def story(self, columns: list[Column], fail_on: FailOn = DEFAULT) -> Story:
+        """What happened to this touchpoint over ``columns``, read in build order, failing as ``fail_on`` says."""
+        bad, good = self.first_bad(columns, fail_on)
         if bad is None:
             return Story()
         labels = [c.label for c in columns]
@@ -121,7 +123,7 @@ class Row:
                 continue
             if fixed is None and cell.status == "ok":
                 fixed = label
-            elif fixed is not None and cell.status in BAD:
+            elif fixed is not None and cell.status != "error" and fails(cell.status, fail_on):
                 again = label
                 break
         return Story(bad, good, before, fixed, again)
@@ -141,10 +143,20 @@ class Matrix:
     notes: list[str] = field(default_factory=list)
     cache: list[str] = field(default_factory=list)
     """The cache entries (directories and files) the builds were read from or fetched into."""
+    fail_on: FailOn = DEFAULT
+    """What fails (``compat.policy``): the first bad build of each row, and the exit code."""
 
     def interesting(self) -> list[Row]:
         """Rows that are not ok in every build."""
         return [r for r in self.rows if r.worst() != "ok"]
+
+    def failing(self) -> list[str]:
+        """Each row's failing cells under ``fail_on``, one line each: the exit code without a baseline."""
+        unread = {c.label: c.error for c in self.columns if c.error}
+        lines = [f"build {label} could not be read: {error}" for label, error in unread.items()]
+        return lines + [f"{row.probe} {row.touchpoint} ({row.location}) is {cell.status} in {label}: {cell.message}"
+                        for row in self.rows for label, cell in row.cells.items()
+                        if label not in unread and fails(cell.status, self.fail_on)]
 
     def as_json(self) -> dict[str, Any]:
         columns = self.columns
@@ -155,11 +167,12 @@ class Matrix:
             "builds": [{"label": c.label, "spec": c.spec, "version": c.version, "origin": c.origin,
                         "error": c.error} for c in columns],
             "notes": list(self.notes),
+            "fail_on": self.fail_on.value,
             "rows": [self._row_json(r) for r in self.rows],
         }
 
     def _row_json(self, row: Row) -> dict[str, Any]:
-        story = row.story(self.columns)
+        story = row.story(self.columns, self.fail_on)
         return {"key": row.key, "probe": row.probe, "touchpoint": row.touchpoint, "location": row.location,
                 "code": row.code, "first_bad": story.first_bad, "last_good": story.last_good,
                 "broken_before_range": story.broken_before_range, "fixed_in": story.fixed_in,
@@ -179,9 +192,9 @@ class Matrix:
                       list(data.get("notes", [])))
 
 
-def regressions(previous: Matrix, current: Matrix) -> list[str]:
-    """Touchpoints that break in a build where the previous run had them fine: the same build, or (for a build
-    the previous run did not have, such as a new nightly) its newest build."""
+def regressions(previous: Matrix, current: Matrix, fail_on: FailOn = DEFAULT) -> list[str]:
+    """Touchpoints that fail (under ``fail_on``) in a build where the previous run had them fine: the same build,
+    or (for a build the previous run did not have, such as a new nightly) its newest build."""
     before = {r.key: r for r in previous.rows}
     newest = next((c.label for c in reversed(previous.columns) if c.error is None), None)
     found = []
@@ -190,7 +203,7 @@ def regressions(previous: Matrix, current: Matrix) -> list[str]:
         if old is None:
             continue
         for label, cell in row.cells.items():
-            if cell.status not in BAD:
+            if cell.status == "error" or not fails(cell.status, fail_on):
                 continue
             was = old.cells.get(label) or (old.cells.get(newest) if newest else None)
             if was is not None and was.status == "ok":

@@ -69,7 +69,7 @@ def terminal(matrix: Matrix, color: bool, all_rows: bool, width: int | None = No
         problem = f"  ERROR: {column.error}" if column.error else ""
         lines += wrap(f"  [{i:2}] {column.label}{problem}", " " * 7)
     lines.append("")
-    stories = {r.key: r.story(columns).label() for r in rows}
+    stories = {r.key: r.story(columns, matrix.fail_on).label() for r in rows}
     story_w = min(max([len(s) for s in stories.values()] + [len("first bad (last good)")]), width - 22)
     names = [_name(r) for r in rows]
     one_block = width - 2 - 3 * len(columns) - story_w  # room for names when every build fits beside them
@@ -156,7 +156,7 @@ def markdown(matrix: Matrix, all_rows: bool) -> str:
     out += ["## Where each touchpoint breaks", "", "| probe | touchpoint | consumer | first bad | last good | "
             "at the first bad build | then |", "|---|---|---|---|---|---|---|"]
     for row in rows:
-        story = row.story(columns)
+        story = row.story(columns, matrix.fail_on)
         if story.first_bad is None:
             continue
         message = row.cells[story.first_bad].message
@@ -165,7 +165,7 @@ def markdown(matrix: Matrix, all_rows: bool) -> str:
                          + ([f"broken again in {story.broken_again_in}"] if story.broken_again_in else []))
         out.append(f"| {row.probe} | `{_md(row.touchpoint)}` | {row.location or ''} | {bad} | "
                    f"{story.last_good or '-'} | {_md(message[:300])} | {then or '-'} |")
-    out += ["", "'at or before B': already broken or changed at B, the first build of the range, so the matrix cannot "
+    out += ["", "'at or before B': already failing (--fail-on) at B, the first build of the range, so the matrix cannot "
             "say when it broke; 'fixed in F': fine again from F."]
     out += ["", "## Every build", "", "| touchpoint | " + " | ".join(c.label for c in columns) + " |",
             "|---|" + "---|" * len(columns)]
