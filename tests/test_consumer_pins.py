@@ -262,3 +262,15 @@ def test_a_range_pin_resolves_against_the_real_index(tmp_path):
     # 0.11.0, 0.11.1 and 0.11.2 were released; the newest of the series is the build it was written for
     assert Version("0.11.2") <= Version(scan.written_for) < Version("0.12")
 
+
+
+def test_the_project_files_give_the_consumers_version(tmp_path):
+    """``[project] version`` (or setup.cfg's), as written; a dynamic one is the build backend's and is not read."""
+    pyproject = _project(tmp_path / "a", {"pyproject.toml": _pyproject("p", ["vllm==0.11.0"]).replace(
+        'version = "1.0"', 'version = "2.3.4"')})
+    assert _scan(pyproject).version == "2.3.4"
+    setup_cfg = _project(tmp_path / "b", {"setup.cfg": "[metadata]\nname = q\nversion = 0.9\n\n[options]\n"
+                                                       "install_requires =\n    vllm==0.11.0\n"})
+    assert (_scan(setup_cfg).name, _scan(setup_cfg).version) == ("q", "0.9")
+    dynamic = _project(tmp_path / "c", {"setup.cfg": "[metadata]\nname = r\nversion = attr: r.__version__\n"})
+    assert _scan(dynamic).version is None

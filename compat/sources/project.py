@@ -31,6 +31,9 @@ class Declared:
     requires: tuple[str, ...] = ()
     requires_at: tuple[str, ...] = ()
     """Where each requirement of ``requires`` was read: ``pyproject.toml:12 [project] dependencies``."""
+    version: str | None = None
+    """``[project] version`` or ``setup.cfg``'s ``[metadata] version`` when written there as a plain string (a
+    dynamic version is the build backend's to compute: not read)."""
 
 
 def has_project(directory: Path) -> bool:
@@ -52,14 +55,15 @@ def project_above(path: Path) -> Path | None:
 def read_declared(root: Path) -> Declared:
     """What the project files directly in ``root`` declare. A malformed ``pyproject.toml`` or ``setup.cfg`` (or a
     requirement in one that is no requirement) is a ``CompatError`` naming the file: pip would refuse it too."""
-    name = name_at = None
+    name = name_at = version = None
     requires: list[tuple[str, str]] = []
     for read in (_pyproject, _setup_cfg, _requirements_txt):
-        found_name, found_at, found = read(root)
+        found_name, found_at, found_version, found = read(root)
         if name is None and found_name:
             name, name_at = found_name, found_at
+        version = version or found_version
         requires += found
-    return Declared(root, name, name_at, tuple(r for r, _ in requires), tuple(at for _, at in requires))
+    return Declared(root, name, name_at, tuple(r for r, _ in requires), tuple(at for _, at in requires), version)
 
 
 def _line_of(lines: list[str], text: str, start: int = 0) -> int | None:
@@ -85,10 +89,10 @@ def _checked(file: str, key: str, items: object) -> list[str]:
     return items
 
 
-def _pyproject(root: Path) -> tuple[str | None, str | None, list[tuple[str, str]]]:
+def _pyproject(root: Path) -> tuple[str | None, str | None, str | None, list[tuple[str, str]]]:
     path = root / "pyproject.toml"
     if not path.is_file():
-        return None, None, []
+        return None, None, None, []
     try:
         text = path.read_text(encoding="utf-8")
         data = tomllib.loads(text)
@@ -117,17 +121,18 @@ def _pyproject(root: Path) -> tuple[str | None, str | None, list[tuple[str, str]
         key = f"[project.optional-dependencies] {extra}"
         for item in _checked(str(path), key, items):
             found.append((item, _at("pyproject.toml", _line_of(lines, item, start), key)))
-    return name, name_at, found
+    version = project.get("version")
+    return name, name_at, version if isinstance(version, str) and version.strip() else None, found
 
 
 def _at(file: str, line: int | None, key: str) -> str:
     return f"{file}:{line} {key}" if line else f"{file} {key}"
 
 
-def _setup_cfg(root: Path) -> tuple[str | None, str | None, list[tuple[str, str]]]:
+def _setup_cfg(root: Path) -> tuple[str | None, str | None, str | None, list[tuple[str, str]]]:
     path = root / "setup.cfg"
     if not path.is_file():
-        return None, None, []
+        return None, None, None, []
     parser = configparser.ConfigParser(interpolation=None)
     try:
         text = path.read_text(encoding="utf-8")
@@ -148,10 +153,13 @@ def _setup_cfg(root: Path) -> tuple[str | None, str | None, list[tuple[str, str]
             raise CompatError(f"{path}: [options] install_requires: {item!r} is not a requirement ({exc})") from exc
         line = next((i + 1 for i in range(start, len(lines)) if lines[i].strip() == item), None)
         found.append((item, _at("setup.cfg", line, "[options] install_requires")))
-    return name, "setup.cfg [metadata] name" if name else None, found
+    version = parser.get("metadata", "version", fallback=None) or None
+    if version is not None and ":" in version:
+        version = None  # attr: or file: (setuptools computes it)
+    return name, "setup.cfg [metadata] name" if name else None, version, found
 
 
-def _requirements_txt(root: Path) -> tuple[None, None, list[tuple[str, str]]]:
+def _requirements_txt(root: Path) -> tuple[None, None, None, list[tuple[str, str]]]:
     files = sorted(root.glob("requirements*.txt"), key=lambda p: (p.name != "requirements.txt", p.name))
     found = []
     for path in files:
@@ -168,4 +176,4 @@ def _requirements_txt(root: Path) -> tuple[None, None, list[tuple[str, str]]]:
             except InvalidRequirement:
                 continue  # a URL or path pip reads: not a requirement of a named distribution
             found.append((text, f"{path.name}:{number}"))
-    return None, None, found
+    return None, None, None, found

@@ -286,10 +286,12 @@ def _with_project(tree: SourceTree, path: Path, named: bool) -> SourceTree:
     where = "" if root == path else f"{root}/"
     requires_at = tuple(f"{where}{at}" for at in declared.requires_at) + tuple(
         tree.requirement_at(i) for i in range(len(tree.requires)))
-    name, name_at = tree.name, tree.name_at
+    name, name_at, version = tree.name, tree.name_at, tree.version
     if named and declared.name:
         name, name_at = declared.name, declared.name_at
-    return SourceTree(tree.root, name, tree.version, tree.origin, declared.requires + tree.requires, tree.files,
+    if named and declared.version:
+        version = declared.version  # what the project says it is, before a tag or stale metadata
+    return SourceTree(tree.root, name, version, tree.origin, declared.requires + tree.requires, tree.files,
                       name_at, requires_at)
 
 
