@@ -168,7 +168,7 @@ def test_bisect_counts_bad_by_the_policy(trees, capsys):
 
 
 def test_the_fix_verification_fails_by_the_policy(trees, capsys):
-    from fixers import all_fixers
+    from compat.fixers import all_fixers
 
     without = [a for f in all_fixers() for a in ("--without", f.name)]  # nothing fixed: the findings remain
     for status, level in CASES:

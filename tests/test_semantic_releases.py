@@ -119,7 +119,7 @@ def test_startup_steps_the_pipeline_does_not_need_are_ok_with_the_fixers_reason(
         assert startup[name].status is Status.CHANGED, startup[name].message
     assert "prefix caching" in startup["resolve_cache_hit_alignment_tokens"].message
     from compat.facts.startup import NOT_NEEDED
-    from fixers import startup as fixer
+    from compat.fixers import startup as fixer
 
     assert fixer.NOT_NEEDED is NOT_NEEDED
     for name, finding in startup.items():
@@ -144,7 +144,7 @@ def test_a_start_up_step_assuming_prefix_caching_off_follows_the_consumers_cache
         "    return MultiprocExecutor(vllm_config=config)\n")
     ctx = ProbeContext(scan_tree(tree_from_path(tmp_path / "c.py")), build("0.32.0").surface,
                        build("0.11.0").surface)
-    from probes import startup
+    from compat.probes import startup
 
     found = {f.touchpoint: f for f in run_probes(ctx, [startup.PROBE])}
     alignment = found["startup:resolve_cache_hit_alignment_tokens"]

@@ -116,8 +116,8 @@ class Auditor:
         """The runtime confirmation (real engines of the installed build: minutes), run with ``--confirm always``,
         and with ``auto`` only when a verdict it checks is unknown statically; announced on stderr before it
         starts, with its time at the end."""
-        from probes.confirm import CONFIRMED
-        from probes.confirm import PROBE as CONFIRM
+        from compat.probes.confirm import CONFIRMED
+        from compat.probes.confirm import PROBE as CONFIRM
 
         if self.options.confirm == "never":
             return []

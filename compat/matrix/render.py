@@ -165,8 +165,8 @@ def markdown(matrix: Matrix, all_rows: bool) -> str:
                          + ([f"broken again in {story.broken_again_in}"] if story.broken_again_in else []))
         out.append(f"| {row.probe} | `{_md(row.touchpoint)}` | {row.location or ''} | {bad} | "
                    f"{story.last_good or '-'} | {_md(message[:300])} | {then or '-'} |")
-    out += ["", "'at or before B': already failing (--fail-on) at B, the first build of the range, so the matrix cannot "
-            "say when it broke; 'fixed in F': fine again from F."]
+    out += ["", "'at or before B': already failing (--fail-on) at B, the first build of the range, so the matrix "
+            "cannot say when it broke; 'fixed in F': fine again from F."]
     out += ["", "## Every build", "", "| touchpoint | " + " | ".join(c.label for c in columns) + " |",
             "|---|" + "---|" * len(columns)]
     symbol = {"ok": "ok", "broken": "**broken**", "changed": "*changed*", "unknown": "?", "error": "error"}
