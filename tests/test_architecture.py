@@ -123,3 +123,17 @@ def test_architecture_md_names_only_files_that_exist():
     named = set(re.findall(r"`((?:compat|probes|fixers|tests|benchmarks)/[\w/]+\.py)`", text))
     assert named, "ARCHITECTURE.md names no files"
     assert sorted(p for p in named if not (ROOT / p).exists()) == []
+
+
+def test_no_code_imports_probes_or_fixers_by_their_top_level_names():
+    """An installed wheel has no top-level ``probes`` or ``fixers`` (they install as ``compat.probes`` and
+    ``compat.fixers``): an import by the old name works in a checkout, where the repository root is on the path,
+    and fails everywhere else."""
+    found = []
+    for path in [*modules().values(), *(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names
+                      if n.split(".")[0] in ("probes", "fixers")]
+    assert not found, found
