@@ -1,29 +1,6 @@
-"""``compat.fixers`` in a source checkout: loads the repository's ``fixers/`` package under this name.
+"""``compat.fixers`` in a source checkout: the repository's ``fixers/`` package under this name (``compat.checkout``
+says why a checkout needs this stand-in; the wheel maps ``fixers/`` here and does not hold it)."""
 
-The fixers live in the top-level ``fixers/`` directory of the repository and install as ``compat.fixers``:
-the wheel maps the package onto that directory (``[tool.setuptools.package-dir]`` in pyproject.toml), so an
-installed ``compat/fixers/`` holds ``fixers/``'s own files and this module is not in the wheel.
+from compat.checkout import load
 
-A checkout has no such mapping where the code runs: ``python -m pytest`` from the repository root puts
-``./compat`` first on ``sys.path``, the child processes and the older engines' environments import the tool
-through ``PYTHONPATH=<checkout>`` with nothing installed, and setuptools' editable finder (``pip install
--e .``) is consulted only after that path search has found this directory. So this stand-in is unavoidable
-there; it loads ``fixers/__init__.py`` as ``compat.fixers`` with importlib's documented way of importing a
-source file (``spec_from_file_location`` with ``submodule_search_locations``: the package's modules are
-then found in ``fixers/``) and leaves that module in ``sys.modules`` in its own place, which the import
-system returns (the import reference, "Loading"). Its presence also makes ``packages.find`` list
-``compat.fixers``, whose files the mapping then takes from ``fixers/``.
-"""
-
-import importlib.util
-import sys
-from pathlib import Path
-
-_real = Path(__file__).resolve().parents[2] / "fixers"
-if not (_real / "__init__.py").is_file():
-    raise ImportError(f"compat.fixers: {_real / '__init__.py'} is missing (a checkout without fixers/?)")
-_spec = importlib.util.spec_from_file_location(__name__, _real / "__init__.py",
-                                               submodule_search_locations=[str(_real)])
-_module = importlib.util.module_from_spec(_spec)
-sys.modules[__name__] = _module
-_spec.loader.exec_module(_module)
+load(__name__)
