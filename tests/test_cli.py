@@ -124,7 +124,7 @@ def test_upgrade_mode_reports_only_changes_side_by_side(tmp_path):
     assert not [f for f in report["findings"] if f["touchpoint"] == "vllm.v1.request.Request"
                 and f["probe"] == "import"]
     for f in report["findings"]:
-        assert f["message"].startswith(("ok ->", "broken ->", "unknown ->")) or (
+        assert f["message"].startswith(("ok ->", "broken ->", "unknown ->", "absent ->")) or (
             f["evidence"]["written_for"] != f["evidence"]["audited"])
 
 

@@ -28,7 +28,9 @@ def upgrade(auditor: Auditor, baseline: str, target: str | None) -> AuditResult:
         evidence = Evidence(written_for=old.evidence.audited if old is not None else None,
                             audited=finding.evidence.audited, written_for_build=base.surface.build.version,
                             traceback=finding.evidence.traceback, extra=finding.evidence.extra)
-        message = finding.message if old is None or old.status == finding.status else (
+        # A status that changed says so, "absent" for a touchpoint the baseline did not have (a new start-up step
+        # the consumer needs no more than before is "absent -> ok", with why).
+        message = finding.message if old is not None and old.status == finding.status else (
             f"{was} -> {finding.status.value}: {finding.message}")
         changed.append(replace(finding, message=message, evidence=evidence))
     notes = tuple(dict.fromkeys(before.notes + after.notes))
