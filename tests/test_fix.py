@@ -164,6 +164,8 @@ def test_cli_takes_consumer_and_build_from_an_audit_report(tmp_path):
     report.write_text(audit.stdout)
     out = _fix_cli("--report", str(report))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stderr.startswith("compat.fix: speculators 0.3.0 for vLLM 0.33.0\n")
+    said = out.stderr.splitlines()  # what the build spec resolved to, then the consumer and the build
+    assert said[0].startswith("compat.fix: --vllm 0.33.0") and said[0].endswith("-> 0.33.0"), said[:2]
+    assert said[1] == "compat.fix: speculators 0.3.0 for vLLM 0.33.0"
     assert "re-audit of the patched consumer against 1 builds: clean" in out.stderr
     assert "+++ b/speculators/_vllm_compat.py" in out.stdout
