@@ -10,50 +10,26 @@ import pytest
 
 from compat.findings import Status
 from compat.gate import GateOptions, run_gate
-from compat.models import build
-
-from .gate_files import speculators_generate_slicing, write_data_config, write_speculators
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-LAYER_IDS = [0, 1, 2, 3]  # speculators numbering: the output of decoder layer k
-PROMPT_LENS = (512, 259)  # the seed's batch: 512 + 259 = 771 tokens
-
-
-HIDDEN = 768  # wider than the 512-token prompt, as 7168 was in the seed, so the bug's shapes come out alike
+from .gate_files import speculators_generate_slicing  # noqa: E402
+from .seed_dataset import LAYER_IDS, captured_batch, tiny_llama, write_samples  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
-    return build("llama", tmp_path_factory.mktemp("m") / "llama", dtype="bfloat16", hidden_size=HIDDEN).path
+    return tiny_llama(tmp_path_factory.mktemp("m") / "llama")
 
 
 @pytest.fixture(scope="module")
 def batch(model):
-    """What the extraction worker captured for the batch: one [771, H] tensor per layer, plus the prompts."""
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.bfloat16)
-    captured: list[list[torch.Tensor]] = [[] for _ in LAYER_IDS]
-    hooks = [hf.model.layers[k].register_forward_hook(
-        lambda _m, _i, out, slot=slot: captured[slot].append(out[0] if isinstance(out, tuple) else out))
-        for slot, k in enumerate(LAYER_IDS)]
-    g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(3, 1000, (n,), generator=g).tolist() for n in PROMPT_LENS]
-    with torch.no_grad():
-        for ids in prompts:
-            hf(torch.tensor([ids]))
-    for hook in hooks:
-        hook.remove()
-    aux = [torch.cat([c.reshape(-1, c.shape[-1]) for c in per_layer]) for per_layer in captured]
-    assert aux[0].shape == (771, HIDDEN) and aux[0].dtype == torch.bfloat16
-    return aux, prompts
+    return captured_batch(model)
 
 
 def _write(directory: Path, results: list[dict], layer_ids=LAYER_IDS) -> Path:
-    for i, r in enumerate(results):
-        write_speculators(directory / f"data_{i}.pt", r["input_ids"], r["hidden_states"])
-    write_data_config(directory, layer_ids, HIDDEN)
-    return directory
+    return write_samples(directory, results, layer_ids)
 
 
 def _gate(directory: Path, model: Path, **kw):

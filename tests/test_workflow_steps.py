@@ -230,22 +230,22 @@ def test_the_parsed_steps_install_the_tool_from_their_own_repository_and_audit_t
     assert action_build["env"]["CONSUMER"] == "${{ inputs.consumer }}"
 
 
-def test_this_repositorys_scheduled_matrix_is_the_readmes_command_through_the_action():
+def test_this_repositorys_scheduled_matrix_is_the_documented_command_through_the_action():
     report = _load(REPORT)
     assert "schedule" in _triggers(report)
     nightly, build = report["jobs"]["nightly"], report["jobs"]["report"]
     assert nightly["uses"] == "./.github/workflows/vllm-compat-matrix.yml"
     assert nightly["permissions"]["id-token"] == "write"
     step = next(s for s in build["steps"] if s.get("uses") == "./")
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "matrix.md").read_text(encoding="utf-8")
     command = f"python -m compat.matrix --vllm '{step['with']['builds']}' --output-dir {step['with']['output-dir']}"
     assert command in readme and step["with"]["nightly-index"] == "none"
     assert "speculators==0.3.0" == step["with"]["consumer"]
     assert any("git push" in s.get("run", "") for s in build["steps"]) and build["permissions"]["contents"] == "write"
 
 
-def test_the_readme_documents_every_input_with_its_default():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_docs_document_every_input_with_its_default():
+    readme = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
     rows = {}
     for line in readme.splitlines():
         match = re.fullmatch(r"\| `([\w-]+)` \| (.*?) \| (.+?) \|.*", line)
@@ -254,13 +254,13 @@ def test_the_readme_documents_every_input_with_its_default():
     workflow, action = _load(WORKFLOW), _load(ACTION)
     documented = {**_defaults(_triggers(workflow)["workflow_call"]["inputs"]), **_defaults(action["inputs"])}
     for name, default in documented.items():
-        assert name in rows, f"input {name} is not in the README's table"
+        assert name in rows, f"input {name} is not in docs/ci.md's table"
         shown, meaning = rows[name]
         assert shown == (f"`{default}`" if default else "empty"), (name, shown)
         assert meaning.strip()
 
 
-def test_the_checked_in_matrix_is_in_the_repository_and_is_what_the_readme_says():
+def test_the_checked_in_matrix_is_in_the_repository_and_is_what_the_docs_say():
     tracked = subprocess.run(["git", "ls-files", "reports/matrix"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.split()
     names = {"matrix.html", "matrix.json", "matrix.md", "matrix.junit.xml", "matrix.png"}
@@ -268,8 +268,8 @@ def test_the_checked_in_matrix_is_in_the_repository_and_is_what_the_readme_says(
     ignored = subprocess.run(["git", "check-ignore", "--no-index", "reports/matrix/matrix.png",
                               "reports/scratch-report.json"], cwd=ROOT, capture_output=True, text=True).stdout
     assert ignored.split() == ["reports/scratch-report.json"]
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    picture = re.search(r"!\[([^\]]*)\]\((reports/matrix/matrix\.png)\)", readme)
+    readme = (ROOT / "docs" / "matrix.md").read_text(encoding="utf-8")
+    picture = re.search(r"!\[([^\]]*)\]\(\.\./(reports/matrix/matrix\.png)\)", readme)
     assert picture and (ROOT / picture.group(2)).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     matrix = json.loads((ROOT / "reports" / "matrix" / "matrix.json").read_text(encoding="utf-8"))
     labels = [b["label"] for b in matrix["builds"]]
