@@ -16,7 +16,7 @@ from pathlib import Path
 from compat import __version__
 from compat.cache import atomic_write_text
 from compat.errors import CompatError
-from compat.report import Format, Reportable, render
+from compat.report import Format, Reportable, View, render
 from compat.report.escaping import escaped
 
 
@@ -137,13 +137,15 @@ def printable(text: str) -> str:
     return _UNDECODABLE.sub(lambda m: f"\\x{ord(m.group()) - 0xDC00:02x}", text)
 
 
-def emit(result: Reportable, fmt: Format, color: str, output: Path | None, show_ok: bool) -> None:
-    """Render ``result`` to ``output`` (atomically) or standard output; colour only on a TTY unless asked.
+def emit(result: Reportable, fmt: Format, color: str, output: Path | None, show_ok: bool,
+         view: View | None = None) -> None:
+    """Render ``result`` to ``output`` (atomically) or standard output; colour only on a TTY unless asked;
+    ``view`` lays out the terminal format.
 
     Standard output may have a strict encoding (ASCII under ``LANG=C``): what it cannot encode is escaped."""
     use_color = color == "always" or (color == "auto" and output is None and sys.stdout.isatty()
                                       and not os.environ.get("NO_COLOR"))
-    text = printable(render(result, fmt, color=use_color and fmt is Format.TERMINAL, show_ok=show_ok))
+    text = printable(render(result, fmt, color=use_color and fmt is Format.TERMINAL, show_ok=show_ok, view=view))
     if output:
         atomic_write_text(output, text)
         return

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from compat.location import Location
 
 
 class Status(str, Enum):
@@ -60,6 +63,11 @@ class Place:
     """A line of the file (the audit's touchpoints)."""
     sample: int | None = None
     """A sample of a file holding a list of them (the gate's ``path:i``): an index, not a line."""
+
+    @classmethod
+    def at(cls, location: Location) -> Place:
+        """The place of a consumer's ``Location`` (a line 0 names none)."""
+        return cls(location.file, location.line or None)
 
     def as_dict(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "sample": self.sample}

@@ -359,4 +359,4 @@ class Probe:
         return Finding(check=self.name, status=status, symbol=symbol or tp.symbol,
                        consumer_location=str(tp.location), vllm_location=vllm_location, message=message,
                        evidence=evidence or Evidence(), fix=fix, kind=tp.kind.value, code=tp.code or None,
-                       touchpoint=tp.symbol, place=Place(tp.location.file, tp.location.line or None))
+                       touchpoint=tp.symbol, place=Place.at(tp.location))

@@ -25,7 +25,7 @@ from compat.facts.abstract import HOOKS
 from compat.facts.callers import FACT as CALLERS
 from compat.facts.callers import SENT_RPCS, CallSite
 from compat.facts.lineage import FACT as LINEAGE
-from compat.findings import Evidence, Finding, Status
+from compat.findings import Evidence, Finding, Place, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, Signature
 from compat.vllm.surface import Found, Missing, Surface
@@ -107,7 +107,7 @@ class InboundProbe(Probe):
                 Evidence(written_for=f"{name}: {was}", audited=f"{name} left to subclasses, called at "
                          + ", ".join(s.at for s in sites[:4]), written_for_build=ctx.written_for.build.version),
                 fix=f"define {name} in {patch.patcher} (see what vLLM's own subclasses of {base.path} do)",
-                kind=Kind.PATCH.value, touchpoint=f"{patch.target}:{name}"))
+                kind=Kind.PATCH.value, place=Place.at(patch.location), touchpoint=f"{patch.target}:{name}"))
         return found
 
     def _unknown_rpcs(self, ctx: ProbeContext, patch: ClassPatch, base: Found) -> list[Finding]:
@@ -140,6 +140,7 @@ class InboundProbe(Probe):
                 Evidence(written_for=f"{name} not sent", audited="sent at " + ", ".join(s.at for s in sites[:4]),
                          written_for_build=ctx.written_for.build.version),
                 fix=f"define {name} in {patch.patcher} (see vLLM's own worker's {name})", kind=Kind.PATCH.value,
+                place=Place.at(patch.location),
                 touchpoint=f"{patch.target}:{name}"))
         return found
 
@@ -163,6 +164,7 @@ class InboundProbe(Probe):
                              audited=f"{site.at}: {_shape(site).render()}",
                              written_for_build=ctx.written_for.build.version if ctx.written_for else None),
                     fix=f"give {patch.patcher}.{name} the parameters vLLM passes", kind=Kind.PATCH.value,
+                    place=Place.at(patch.location),
                     touchpoint=f"{patch.target}:{name}")]
         return []
 
@@ -193,6 +195,7 @@ class InboundProbe(Probe):
                      audited=f"vLLM reads {sorted({a for a, _ in now_reads})} on it",
                      written_for_build=ctx.written_for.build.version if ctx.written_for else None),
             fix=f"return what vLLM's own {base.path}.{name} returns in this build", kind=Kind.PATCH.value,
+            place=Place.at(patch.location),
             touchpoint=f"{patch.target}:{name}")]
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from compat.consumer.model import Kind, ModelPatch, Ref
 from compat.facts import models
-from compat.findings import Evidence, Finding, Status
+from compat.findings import Evidence, Finding, Place, Status
 from compat.location import Location
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, Parameter, ParamKind, Signature
@@ -44,9 +44,10 @@ class ModelConventionProbe(Probe):
     def _finding(self, patch: ModelPatch, arch: str, aspect: str, status: Status, message: str,
                  where: str | None, at: Location | None = None, evidence: Evidence | None = None,
                  fix: str | None = None) -> Finding:
-        return Finding(self.name, status, f"{arch}:{aspect}", str(at or patch.location), where, message,
+        at = at or patch.location
+        return Finding(self.name, status, f"{arch}:{aspect}", str(at), where, message,
                        evidence or Evidence(), fix, kind="model", code=patch.code,
-                       touchpoint=f"{patch.function}@{arch}:{aspect}")
+                       touchpoint=f"{patch.function}@{arch}:{aspect}", place=Place.at(at))
 
     def judge(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:
         if not facts.registered:

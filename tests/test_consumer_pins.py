@@ -232,8 +232,8 @@ def test_the_resolved_pin_flows_into_the_reports_evidence(tmp_path, builds, caps
     main(["--consumer", str(root), "--vllm", str(builds), "--format", "markdown", "--no-reports"])
     markdown = capsys.readouterr().out
     assert "was (0.11.0)" in markdown and "vLLM pin: vllm>=0.10," in markdown
-    main(["--consumer", str(root), "--vllm", str(builds), "--no-reports", "--color", "never"])
-    terminal = capsys.readouterr().out
+    main(["--consumer", str(root), "--vllm", str(builds), "--no-reports", "--color", "never", "--details"])
+    terminal = capsys.readouterr().out  # the detailed view shows each finding's evidence: the build it was written for
     assert "my-plugin" in terminal and "pyproject.toml:" in terminal and "[vLLM 0.11.0]" in terminal
 
 

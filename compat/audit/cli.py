@@ -17,7 +17,7 @@ from compat.audit.result import SCHEMA, AuditResult
 from compat.cache import atomic_write_text
 from compat.cli import JsonErrors, emit, guarded
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS
-from compat.report import Format, render
+from compat.report import Format, View, render
 
 
 def parser() -> argparse.ArgumentParser:
@@ -58,6 +58,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--all-files", action="store_true",
                    help="audit the consumer's tests, examples and docs too (default: only what it ships)")
     p.add_argument("--show-ok", action="store_true", help="list ok findings too")
+    p.add_argument("--details", action="store_true",
+                   help="show each finding in full (message, symbol, evidence, fix) instead of one line per finding "
+                        "(the terminal format; the others always hold everything)")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--list-probes", action="store_true", help="list the probes and exit")
     p.add_argument("--debug", action="store_true", help="show full tracebacks for internal errors")
@@ -117,9 +120,12 @@ def _audit(args: argparse.Namespace) -> int:
         result = auditor.run()
     for line in said:
         print(f"compat.audit: {line}", file=sys.stderr)
-    emit(result, Format(args.format), args.color, args.output, args.show_ok)
-    if not args.no_reports:
-        for path in write_reports(result, args.reports_dir):
+    written = [] if args.no_reports else write_reports(result, args.reports_dir)
+    fmt = Format(args.format)
+    emit(result, fmt, args.color, args.output, args.show_ok,
+         View(details=args.details, written=tuple(str(p) for p in written)))
+    if fmt is not Format.TERMINAL:  # the terminal report names them itself, above its last line
+        for path in written:
             print(f"report: {path}", file=sys.stderr)
     return result.exit_code
 

@@ -19,7 +19,7 @@ from compat.gate.result import SCHEMA
 from compat.gate.rules import RULES
 from compat.gate.rules.values import NONFINITE_POLICIES
 from compat.gate.runner import run_gate
-from compat.report import Format
+from compat.report import Format, View
 
 
 class _Parser(argparse.ArgumentParser):
@@ -120,7 +120,8 @@ def _gate(argv: list[str] | None) -> int:
     from compat.gate.progress import ProgressBar
 
     result = run_gate(options, ProgressBar.for_terminal(not args.no_progress))
-    emit(result, fmt, args.color, args.output, args.show_ok)
+    # the gate's findings keep the detailed terminal view (one per file and rule, each message read in full)
+    emit(result, fmt, args.color, args.output, args.show_ok, View(details=True))
     return result.exit_code
 
 

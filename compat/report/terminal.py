@@ -1,28 +1,147 @@
-"""A readable table for the terminal (colour when writing to a TTY)."""
+"""The report for a terminal (colour when writing to a TTY): compact by default, one line per finding (or per
+group of findings with one cause and one fix) under its file's name, in the order of files and lines as
+numbers, the verdict first and last; with ``View(details=True)`` each finding in full, as ``--details`` asks."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from compat.findings import Finding, Status
+from compat.findings import Finding, Status, by_place
 from compat.report.escaping import escaped as e
+from compat.report.headline import cut, fix_in_brief, headline
 
 if TYPE_CHECKING:
     from compat.report.reportable import Reportable
 
 _COLORS = {Status.OK: "32", Status.BROKEN: "31;1", Status.CHANGED: "33;1", Status.UNKNOWN: "36", Status.ERROR: "35;1"}
+ARROW = "  → "
+_STATUS_WIDTH = max(len(s.value) for s in Status)
+_MIN_FIX = 16
+"""Fewer columns than this left beside a headline: the fix is not shown (a cut this short says nothing)."""
+NARROW = 100
+"""A terminal narrower than this gives a failing finding a second line."""
+
+
+@dataclass(frozen=True)
+class View:
+    """How the terminal report is laid out."""
+
+    details: bool = False
+    """Each finding in full (message, symbol, evidence, fix) instead of one line per finding."""
+    width: int | None = None
+    """Columns to fit (None: the terminal's, else $COLUMNS, else 120)."""
+    written: tuple[str, ...] = ()
+    """Files the same result was also written to (the JSON and Markdown reports), named above the last verdict."""
+
+
+def render(result: Reportable, color: bool = False, show_ok: bool = False, view: View | None = None) -> str:
+    view = view or View()
+    return (_detailed if view.details else _compact)(result, color, show_ok, view)
+
+
+def _columns(view: View, narrowest: int) -> int:
+    return max(narrowest, min(view.width or shutil.get_terminal_size((120, 20)).columns, 160))
 
 
 def _paint(text: str, status: Status, color: bool) -> str:
     return f"\x1b[{_COLORS[status]}m{text}\x1b[0m" if color else text
 
 
-def render(result: Reportable, color: bool = False, show_ok: bool = False) -> str:
-    width = max(80, min(shutil.get_terminal_size((120, 20)).columns, 160))
-    verdict = _verdict(result, color, show_ok)
-    # Every text is escaped (``e``): file names, tensor names and exception texts come from the files read.
+def _compact(result: Reportable, color: bool, show_ok: bool, view: View) -> str:
+    width = _columns(view, 60)
+    verdict = _verdict(result, color, hint=False)
+    facts = result.facts()
+    label_width = max((len(label) for label, _ in facts), default=0)
+    # Every text is escaped (``e``): file names, messages and exception texts come from the files read.
+    lines = [verdict] + [cut(f"{label:<{label_width}} : {e(text)}", width) for label, text in facts]
+    shown = sorted((f for f in result.findings if show_ok or f.status is not Status.OK), key=by_place)
+    groups = _alike(shown)
+    where_width = max((len(_where(g[0])) for g in groups), default=0)
+    check_width = max((len(g[0].check) for g in groups), default=0)
+    failing = {id(f) for f in result.failing()}
+    heading: str | None = None
+    for group in groups:
+        f = group[0]
+        file = f.file_and_line[0] or "(no location)"
+        if file != heading:
+            lines += ["", e(file) if len(e(file)) <= width else "…" + e(file)[1 - width:]]  # the name's end
+            heading = file
+        line = f"  {_where(f):>{where_width}}  " if where_width else "  "
+        status = f"{f.status.value.upper():<{_STATUS_WIDTH}}"
+        after = f" {f.check:<{check_width}}  "
+        indent = len(line) + len(status) + len(after)
+        # a failing finding keeps more of its words where the terminal is narrow: a second line
+        texts = _fitted(f, len(group), width - indent, 2 if width < NARROW and id(f) in failing else 1)
+        lines.append(line + _paint(status, f.status, color) + after + texts[0])
+        lines += [" " * indent + text for text in texts[1:]]
+    lines += [""] + _footer(result, show_ok, view, width, more=bool(groups)) + [verdict]
+    return "\n".join(lines) + "\n"
+
+
+def _where(f: Finding) -> str:
+    """The finding's line (or a sample's index) in its file, which the heading above it names."""
+    if f.place and f.place.line:
+        return str(f.place.line)
+    if f.place and f.place.sample is not None:
+        return f"[{f.place.sample}]"
+    return ""
+
+
+def _fitted(f: Finding, alike: int, room: int, most: int) -> list[str]:
+    """What is wrong, and the fix where it fits, in at most ``most`` lines of ``room`` columns; the count of a
+    group's findings and an allowance are never cut."""
+    message = e(f.message)
+    if f.place and f.place.line:  # the file the heading names, cited in the message: its line is enough
+        message = re.sub(r"(?<![\w./-])" + re.escape(e(f.place.file)) + r":(\d+)", r"line \1", message)
+    said = headline(message)
+    tail = (f" ({alike} findings)" if alike > 1 else "") + (" [allowed]" if f.allowed else "")
+    fixes = fix_in_brief(e(f.fix)) if f.fix else []
+    for text in [said + tail + ARROW + fix for fix in fixes] + [said + tail]:
+        wrapped = _wrap(text, room)
+        if len(wrapped) <= most:
+            return wrapped
+    wrapped = _wrap(said, room)[:most]
+    rest = said[len(" ".join(wrapped[:-1])):].strip()  # what the last line holds, and all that follows it
+    wrapped[-1] = cut(rest, max(1, room - len(tail))) + tail
+    left = room - len(wrapped[-1]) - len(ARROW)
+    if fixes and len(wrapped) < most:
+        wrapped.append(cut(ARROW.lstrip() + fixes[-1], room))
+    elif fixes and left >= _MIN_FIX:
+        wrapped[-1] += ARROW + cut(fixes[-1], left)
+    return wrapped
+
+
+def _wrap(text: str, room: int) -> list[str]:
+    return textwrap.wrap(text, room, break_on_hyphens=False) or [""]
+
+
+def _footer(result: Reportable, show_ok: bool, view: View, width: int, more: bool) -> list[str]:
+    hidden = 0 if show_ok else result.counts()[Status.OK.value]
+    hints = (["--details shows each finding in full"] if more else []) + \
+            ([f"--show-ok lists the {hidden} ok"] if hidden else [])
+    reports = f"reports: {_paths(view.written)}" if view.written else ""
+    text = "; ".join(hints + ([reports] if reports else []))
+    if len(text) <= width:
+        return [text] if text else []
+    # a path is never cut: where it is longer than the terminal, the terminal wraps it
+    return [cut("; ".join(hints), width)] * bool(hints) + [reports] * bool(reports)
+
+
+def _paths(paths: tuple[str, ...]) -> str:
+    """``reports/a.json, reports/a.md`` as ``reports/a.{json,md}`` (one stem), else each path."""
+    stems = {p.rpartition(".")[0] for p in paths}
+    if len(paths) > 1 and len(stems) == 1 and all("." in p for p in paths):
+        return e(f"{stems.pop()}.{{{','.join(p.rpartition('.')[2] for p in paths)}}}")
+    return ", ".join(e(p) for p in paths)
+
+
+def _detailed(result: Reportable, color: bool, show_ok: bool, view: View) -> str:
+    width = _columns(view, 80)
+    verdict = _verdict(result, color, hint=not show_ok)
     lines = [verdict, ""] + [f"{label:9}: {e(text)}" for label, text in result.facts()]
     lines.append("")
     shown = [f for f in result.findings if show_ok or f.status is not Status.OK]
@@ -57,17 +176,19 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
                 lines += [" " * 19 + e(t) for t in f.evidence.traceback.rstrip().splitlines()[-6:]]
     if shown:
         lines.append("")
+    if view.written:
+        lines += [f"reports: {_paths(view.written)}", ""]
     lines.append(verdict)  # first and last: read from the top, or as the last line of a long log
     return "\n".join(lines) + "\n"
 
 
-def _verdict(result: Reportable, color: bool, show_ok: bool) -> str:
+def _verdict(result: Reportable, color: bool, hint: bool) -> str:
     counts = result.counts()
     summary = ", ".join(_paint(f"{counts[s.value]} {s.value}", s, color and counts[s.value] > 0) for s in Status)
     if counts["allowed"]:
         summary += f", {counts['allowed']} allowed"
     verdict = "FAIL" if result.exit_code else "PASS"
-    return f"{verdict}: {summary}" + ("" if show_ok else " (ok findings hidden; --show-ok lists them)")
+    return f"{verdict}: {summary}" + (" (ok findings hidden; --show-ok lists them)" if hint else "")
 
 
 def _alike(findings: list[Finding]) -> list[list[Finding]]:
