@@ -166,6 +166,8 @@ class CachedSurface:
 
     def fact(self, fact: Fact[T], *inputs: Any) -> T:
         key = f"fact|{fact.key(inputs)}"
+        if not fact.kept:
+            return self.inner.fact(fact, *inputs)  # memoised in this process only
         if key not in self.facts:
             if key in self.memo:
                 self.facts[key] = decode(fact.result, self.memo[key]["value"])
