@@ -190,7 +190,8 @@ def test_a_wrapper_built_around_the_previous_value_forwards_to_its_class(surface
 
 def test_the_argument_is_found_by_keyword_or_position_and_typed_where_it_is_built(surface):
     fast = held(surface, "fast")
-    assert fast.path == "vllm.wrappers.AttrWrapper" and fast.wraps is not None and fast.wraps.path == "vllm.runner.Model"
+    assert fast.path == "vllm.wrappers.AttrWrapper"
+    assert fast.wraps is not None and fast.wraps.path == "vllm.runner.Model"
     assert isinstance(surface.member(fast, "model"), Found)
 
 
