@@ -1,7 +1,7 @@
 """What ``--vllm`` names, parsed once, with the same meaning in every tool (``compat.audit``, ``compat.matrix``,
 ``compat.fix``, the pytest plugin's ``--vllm-compat``):
 
-- ``installed``: the vLLM installed in this Python;
+- ``installed``: the vLLM installed in this Python, imported (names and signatures as ``inspect`` sees them);
 - ``latest``: the newest release;
 - a version (``0.12.0``): that release;
 - a specifier (``>=0.12,<0.17``, or ``every:>=0.12,<0.17``): EVERY release matching it;
@@ -11,6 +11,9 @@
 - ``git+URL@REF``: the files of one commit.
 
 A tool that reads one build (``compat.audit``) refuses a spec that names several, rather than picking one.
+No spec is not ``installed``: given no ``--vllm`` where vLLM is installed, ``compat.audit`` reads the installed
+files statically, as it reads any source tree, without importing them (``compat.vllm.builds.open_build``); both
+are the installed build, on which the runtime confirmation runs its engines.
 """
 
 from __future__ import annotations

@@ -20,6 +20,17 @@ def _concrete(ctx: ProbeContext, owner: Found) -> bool:
         and not owner.path.endswith("Mixin") and not ctx.fact(ABSTRACT_METHODS, owner.path).methods
 
 
+def _served(ctx: ProbeContext, tp: TouchPoint, owner: Found, name: str) -> str | None:
+    """How a wrapper's object has ``name`` when its class does not: its ``__getattr__`` forwards it to the object
+    it wraps (``Found.wraps``)."""
+    if owner.wraps is None or isinstance(ctx.surface.member(replace(owner, wraps=None), name), Found):
+        return None
+    assert tp.receiver is not None
+    held = tp.receiver.name if tp.receiver.kind == "attribute" and tp.receiver.name else "object"
+    return (f"served through {owner.path.rpartition('.')[2]}.__getattr__ by the wrapped {held} "
+            f"({owner.wraps.path})")
+
+
 class AttributeProbe(Probe):
     def check(self, ctx: ProbeContext, tp: TouchPoint) -> Finding | None:
         assert tp.receiver is not None and tp.attribute is not None
@@ -53,8 +64,11 @@ class AttributeProbe(Probe):
         label = f"{owner.path}.{name}"
         if isinstance(member, Found):
             what = "method" if tp.call is not None else member.kind
-            return self.finding(tp, Status.OK, f"{label} exists ({what})", ctx.where(member), evidence,
-                                symbol=label)
+            served = _served(ctx, tp, owner, name)
+            if served:
+                evidence = replace(evidence, extra=(("served", served),))
+            return self.finding(tp, Status.OK, f"{label} exists ({what})" + (f", {served}" if served else ""),
+                                ctx.where(member), evidence, symbol=label)
         if isinstance(member, Unresolved) and member.outside:
             return None
         if isinstance(member, Unresolved):

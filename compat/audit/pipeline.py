@@ -82,9 +82,10 @@ class Auditor:
             notes.append(f"{len(scan.left_out)} files left out, not shipped by the consumer (tests, examples, docs): "
                          f"{', '.join(dirs[:6])}{' ...' if len(dirs) > 6 else ''}; --all-files audits them")
         reference = self._written_for(scan, surface, notes) if written_for == "auto" else written_for
-        runtime = surface.build.reading == "runtime"
-        if self.options.confirm == "always" and not runtime:
-            notes.append("--confirm always: runtime confirmation needs the installed vLLM (--vllm installed); skipped")
+        installed = opened.installed  # read statically or imported: the confirmation's engines run it either way
+        if self.options.confirm == "always" and not installed:
+            notes.append("--confirm always: runtime confirmation needs the installed vLLM (--vllm installed, or no "
+                         "--vllm where vLLM is installed); skipped")
         ctx = ProbeContext(scan, surface, reference, self.options.worker_class,  # type: ignore[arg-type]
                            self.options.architectures, False, self.options.confirm_timeout)
         findings: list[Finding] = []
@@ -100,7 +101,7 @@ class Auditor:
                                         "audited" if problem.traceback else "fix the file's syntax; the rest was "
                                                                             "audited"))
         found = run_probes(ctx)
-        if runtime:
+        if installed:
             found += self._confirm(ctx, found, notes)
         findings.extend(fold_consequences(annotate_runtime(found)))
         for used in (surface, reference):

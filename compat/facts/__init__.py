@@ -22,6 +22,9 @@ class Fact(Generic[T]):
 
     name: str
     read: Callable[..., T]
+    kept: bool = True
+    """Whether the persistent memo keeps the answer; False for what the machine, not the build's code, decides
+    (``observed``: what real engines did), which every audit that asks observes again."""
 
     def key(self, inputs: tuple[Any, ...]) -> str:
         """The memo key: the fact's name and its inputs, so that one key is one computation."""

@@ -153,4 +153,4 @@ def read(surface: StaticSurface, timeout: float, architectures: tuple[str, ...],
                         tuple(models))
 
 
-FACT = Fact("observed", read)
+FACT = Fact("observed", read, kept=False)

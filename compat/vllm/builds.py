@@ -1,9 +1,14 @@
-"""Turn what the user names (``installed``, a version, a specifier, a wheel, a checkout) into a surface."""
+"""Turn what the user names (``installed``, a version, a specifier, a wheel, a checkout) into a surface.
+
+With no ``--vllm`` and vLLM installed, the installed files are read statically (as any source tree, its answers
+kept in the cache, so a warm audit parses nothing and imports no vLLM); ``installed``, written out, imports it
+and asks ``inspect.signature`` (``RuntimeSurface``). Both are the installed build: ``OpenedBuild.installed`` says
+so, and the runtime confirmation runs its engines on it either way.
+"""
 
 from __future__ import annotations
 
 import ast
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +26,9 @@ class OpenedBuild:
     note: str | None = None
     """How the default was chosen, or what went wrong on the way (shown in the report)."""
     import_error: VllmImportError | None = None
+    installed: bool = False
+    """The build is the vLLM installed in this Python (read statically or imported): the one the runtime
+    confirmation's engines run."""
 
 
 def tree_version(root: Path, package: str) -> str | None:
@@ -47,18 +55,35 @@ def static_surface(tree: sources.SourceTree, package: str) -> CachedSurface:
 
 
 def open_build(spec: str | None, package: str = "vllm", version_override: str | None = None) -> OpenedBuild:
-    """Open the build ``spec`` names; ``None`` means installed when it imports, else the latest release."""
-    note = None
+    """Open the build ``spec`` names; ``None`` means the installed files read statically when the package is
+    installed (``installed`` imports it), else the latest release."""
     if spec is None:
-        if importlib.util.find_spec(package) is not None:
-            spec, note = "installed", f"--vllm not given: {package} is installed, so the installed build was read"
+        root = installed_root(package)
+        if root is not None:
+            opened = _installed_static(root, package)
         else:
-            spec, note = "latest", f"--vllm not given: {package} is not installed, so the latest release was read"
-    opened = _open(spec, package)
+            opened = _open("latest", package)
+            opened = OpenedBuild(opened.surface, f"--vllm not given: {package} is not installed, so the latest "
+                                 "release was read", opened.import_error)
+    else:
+        opened = _open(spec, package)
     if version_override:
         build = opened.surface.build
         opened.surface.build = BuildInfo(build.name, version_override, build.origin, build.reading, build.root)  # type: ignore[misc]
-    return OpenedBuild(opened.surface, note or opened.note, opened.import_error)
+    return opened
+
+
+def _installed_static(root: Path, package: str) -> OpenedBuild:
+    """The installed package's files read statically, never imported, with the version its distribution's
+    metadata gives (else its ``_version.py``)."""
+    owner = sources.installed_distribution(root, package)
+    version = owner[1] if owner else tree_version(root, package)
+    named = f" (distribution {owner[0]})" if owner and owner[0] != package else ""
+    tree = sources.SourceTree(root, package, version, f"installed {package} {version or '(version unknown)'}{named} "
+                              f"at {root / package}, read statically (not imported)")
+    note = (f"--vllm not given: {package} is installed, so its files were read statically, without importing it "
+            f"(--vllm installed imports it and reads signatures with inspect.signature)")
+    return OpenedBuild(static_surface(tree, package), note, installed=True)
 
 
 def _open(spec: str, package: str) -> OpenedBuild:
@@ -67,7 +92,7 @@ def _open(spec: str, package: str) -> OpenedBuild:
         if root is None:
             raise CompatError(f"--vllm installed: {package} is not installed in this Python ({_python()})")
         try:
-            return OpenedBuild(RuntimeSurface(package))
+            return OpenedBuild(RuntimeSurface(package), installed=True)
         except VllmImportError as exc:
             tree = sources.SourceTree(root, package, None, f"installed {package} at {root / package} "
                                       "(import failed; read statically instead)")

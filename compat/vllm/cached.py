@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,7 +23,7 @@ from compat.vllm.definitions import definition
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
 
-FORMAT = 5
+FORMAT = 6
 T = TypeVar("T")
 
 
@@ -39,7 +40,8 @@ def _code_fingerprint() -> str:
 def _encode(value: Any) -> Any:
     if isinstance(value, Found):
         loc = [value.location.file, value.location.line] if value.location else None
-        return {"t": "found", "path": value.path, "kind": value.kind, "loc": loc}
+        wraps = {"wraps": _encode(value.wraps)} if value.wraps is not None else {}
+        return {"t": "found", "path": value.path, "kind": value.kind, "loc": loc} | wraps
     if isinstance(value, Missing):
         return {"t": "missing", "reason": value.reason, "elsewhere": list(value.elsewhere)}
     if isinstance(value, Unresolved):
@@ -56,7 +58,7 @@ def _decode(data: Any) -> Any:
     kind = data["t"]
     if kind == "found":
         loc = Location(*data["loc"]) if data["loc"] else None
-        return Found(data["path"], data["kind"], loc)
+        return Found(data["path"], data["kind"], loc, wraps=_decode(data["wraps"]) if "wraps" in data else None)
     if kind == "missing":
         return Missing(data["reason"], tuple(data["elsewhere"]))
     if kind == "unresolved":
@@ -68,7 +70,8 @@ def _decode(data: Any) -> Any:
 
 
 def _owner_key(owner: Found) -> str:
-    return f"{owner.kind}:{owner.path}"
+    wraps = f"[{_owner_key(owner.wraps)}]" if owner.wraps is not None else ""
+    return f"{owner.kind}:{owner.path}{wraps}"
 
 
 class CachedSurface:
@@ -125,7 +128,11 @@ class CachedSurface:
         """A Found from the memo carries no parse tree; read it again when a question needs one."""
         if definition(found) is not None or found.kind == "external":
             return found
-        return self.inner.lookup(found.path)
+        live = self.inner.lookup(found.path)
+        if found.wraps is not None and isinstance(live, Found):
+            wrapped = self._live(found.wraps)
+            return replace(live, wraps=wrapped) if isinstance(wrapped, Found) else live
+        return live
 
     def _with_live(self, found: Found, method, *args) -> Any:
         live = self._live(found)
@@ -166,6 +173,8 @@ class CachedSurface:
 
     def fact(self, fact: Fact[T], *inputs: Any) -> T:
         key = f"fact|{fact.key(inputs)}"
+        if not fact.kept:
+            return self.inner.fact(fact, *inputs)  # memoised in this process only
         if key not in self.facts:
             if key in self.memo:
                 self.facts[key] = decode(fact.result, self.memo[key]["value"])

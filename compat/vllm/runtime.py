@@ -13,7 +13,7 @@ import inspect
 import logging
 import os
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -233,7 +233,8 @@ class RuntimeSurface:
         return sig
 
     def _static_twin(self, obj: Found) -> Lookup:
-        return self.static.lookup(obj.path)
+        twin = self.static.lookup(obj.path)
+        return replace(twin, wraps=obj.wraps) if isinstance(twin, Found) and obj.wraps is not None else twin
 
     def result_type(self, obj: Found, through: Found | None = None) -> Lookup:
         twin = self._static_twin(obj)

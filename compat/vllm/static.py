@@ -11,12 +11,14 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from compat.location import Location
 from compat.signature import Signature
-from compat.syntax import is_type_checking, module_name, walk_shallow
+from compat.syntax import FunctionNode, is_type_checking, module_name, walk_shallow
+from compat.vllm import forwarding
 from compat.vllm.callables import CallableReader
 from compat.vllm.definitions import ClassModel, Definition, definition
 from compat.vllm.modules import Binding, ModuleInfo, SourceIndex, target_names
@@ -45,6 +47,8 @@ class StaticSurface:
         self._classes: dict[tuple[str, int], ClassModel] = {}
         self._definitions: dict[str, list[str]] | None = None
         self._facts: dict[str, Any] = {}
+        self._earlier: set[tuple[str, str]] = set()
+        """(class, attribute) pairs whose earlier value is being read (a value built from itself stops there)."""
         self.callables = CallableReader(self)
 
     # ---- names ---------------------------------------------------------------------------
@@ -224,7 +228,10 @@ class StaticSurface:
             found = self._instance_attribute(cls, name)
             if found is not None:
                 return found
-        if any(self.own_member(cls, "__getattr__") for cls in order):
+        dynamic = next((cls for cls in order if self.own_member(cls, "__getattr__")), None)
+        if dynamic is not None:
+            if owner.wraps is not None and self.forwarded_attribute(dynamic) is not None:
+                return self.member(owner.wraps, name)  # served by the wrapped object, as its __getattr__ says
             return Unresolved(f"{owner.path} defines __getattr__; '{name}' may be provided dynamically")
         if external:
             return Unresolved(f"{owner.path} inherits from {', '.join(external)} (outside the build); "
@@ -246,6 +253,69 @@ class StaticSurface:
             elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
                 found = Found(path, "attribute", loc, handle=Definition(cls.module, stmt, cls))
         return found
+
+    def forwarded_attribute(self, cls: ClassModel) -> str | None:
+        """The attribute of ``self`` that the class's own ``__getattr__`` forwards every name to, if it does
+        (``compat.vllm.forwarding``)."""
+        own = self.own_member(cls, "__getattr__")
+        defined = definition(own) if own is not None else None
+        function = defined.function if defined is not None else None
+        return forwarding.forwarded_attribute(function) if function is not None else None
+
+    def _forwarded_argument(self, call: ast.Call, wrapper: Found) -> ast.expr | None:
+        """What the construction site ``call`` of a forwarding wrapper class passes for the object it wraps: the
+        argument its constructor stores in the attribute its ``__getattr__`` forwards to (None: not such a class)."""
+        model = self.class_model(wrapper)
+        if model is None:
+            return None
+        order = self.mro(model)[0]
+        dynamic = next((cls for cls in order if self.own_member(cls, "__getattr__")), None)
+        attribute = self.forwarded_attribute(dynamic) if dynamic is not None else None
+        builder = next((cls for cls in order if self.own_member(cls, "__init__")), None)
+        init = definition(self.own_member(builder, "__init__")) if builder is not None else None  # type: ignore[arg-type]
+        if attribute is None or init is None or init.function is None:
+            return None
+        parameter = forwarding.stored_parameter(init.function, attribute)
+        return forwarding.bound_argument(call, init.function, parameter) if parameter is not None else None
+
+    def _earlier_class(self, owner: ClassModel, name: str, depth: int) -> Lookup:
+        """The class ``self.<name>`` holds where a statement wraps it in itself (``self.model = Wrapper(self.model,
+        ...)``): the one class of every other value the class's code assigns it (``None`` and wrappings aside)."""
+        key = (owner.found.path, name)
+        if key in self._earlier:
+            return Unresolved(f"self.{name} is built from itself")
+        self._earlier.add(key)
+        try:
+            classes: dict[str, Found] = {}
+            for cls in self.mro(owner)[0]:
+                for method in _class_body(cls.node.body):
+                    if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or _self_name(method) is None:
+                        continue
+                    this = _self_name(method)
+                    for node in ast.walk(method):
+                        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+                        if value is None or _is_none(value) or not any(
+                                forwarding.self_attribute(t, this) == name for t in _assigned(node)):  # type: ignore[arg-type]
+                            continue
+                        if isinstance(value, ast.Call) and self._wraps_itself(cls, method, value, name, depth):
+                            continue
+                        found = self._value_class(cls.module, value, method, cls, depth + 1)
+                        if not isinstance(found, Found):
+                            return found
+                        classes[found.path] = found
+            if len(classes) == 1:
+                return next(iter(classes.values()))
+            return Unresolved(f"self.{name} holds objects of several classes ({', '.join(sorted(classes))})" if classes
+                              else f"self.{name} is assigned nothing but its wrappings")
+        finally:
+            self._earlier.discard(key)
+
+    def _wraps_itself(self, cls: ClassModel, method: FunctionNode, call: ast.Call, name: str, depth: int) -> bool:
+        """``call`` builds a forwarding wrapper around ``self.<name>`` itself."""
+        callee, _ = self._callee(cls.module, call, method, cls, depth + 1)
+        argument = self._forwarded_argument(call, callee) if isinstance(callee, Found) and \
+            callee.kind == "class" else None
+        return argument is not None and forwarding.self_attribute(argument, _self_name(method) or "") == name
 
     def _instance_attribute(self, cls: ClassModel, name: str) -> Found | None:
         for stmt in _class_body(cls.node.body):
@@ -340,7 +410,8 @@ class StaticSurface:
             stmt = defined.node
             if isinstance(stmt, ast.AnnAssign):
                 return self.annotation_class(defined.module, stmt.annotation)
-            return self._value_class(defined.module, getattr(stmt, "value", None), defined.method, defined.owner)
+            return self._value_class(defined.module, getattr(stmt, "value", None), defined.method, defined.owner,
+                                     target=name if defined.method is not None else None)
         if found.kind == "class":
             return found
         return Unresolved(f"the type of {found.path} is not declared", outside=found.kind == "external")
@@ -370,9 +441,11 @@ class StaticSurface:
         return None
 
     def _value_class(self, info: ModuleInfo, value: ast.expr | None, method: ast.AST | None,
-                     owner: ClassModel | None = None, depth: int = 0) -> Lookup:
+                     owner: ClassModel | None = None, depth: int = 0, target: str | None = None) -> Lookup:
         """The class of a value assigned to an attribute (``self.x = <value>`` in ``method`` of ``owner``, or at
-        module level), followed through parameters, ``self``, attribute chains, calls and the method's locals."""
+        module level; ``target``: the ``x`` assigned), followed through parameters, ``self``, attribute chains,
+        calls, ``a or b`` and the method's locals. An object of a forwarding wrapper (``compat.vllm.forwarding``)
+        says what it wraps (``Found.wraps``)."""
         if depth > _MAX_VALUE_DEPTH:
             return Unresolved("the attribute's value is too far to follow")
         function = method if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
@@ -380,12 +453,21 @@ class StaticSurface:
                 ast.unparse(value.func).rsplit(".", 1)[-1] == "cast":
             return self.annotation_class(info, value.args[0])  # typing.cast(T, v): what the code says v is
         if isinstance(value, ast.Call):
-            callee = self._value_class(info, value.func, method, owner, depth + 1) if function is not None and \
-                _reaches_local(value.func, function) else self.resolve_expr(info, value.func)
+            callee, through = self._callee(info, value, method, owner, depth + 1)
+            if isinstance(callee, Found) and callee.kind == "class":
+                return self._built(info, value, callee, function, owner, depth, target)
             if isinstance(callee, Found):
-                return self.result_type(callee) if callee.kind != "external" else Unresolved(
+                return self.result_type(callee, through) if callee.kind != "external" else Unresolved(
                     f"built by {callee.path}, outside the build", outside=True)
             return callee
+        if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):  # `model or loader.load_model(...)`
+            options = [self._value_class(info, v, method, owner, depth + 1) for v in value.values if not _is_none(v)]
+            unknown = next((o for o in options if not isinstance(o, Found)), None)
+            if unknown is not None:
+                return unknown
+            classes = {o.path: o for o in options if isinstance(o, Found)}
+            return next(iter(classes.values())) if len(classes) == 1 else Unresolved(
+                f"{ast.unparse(value)} is one of several classes ({', '.join(sorted(classes))})")
         if isinstance(value, ast.Name) and function is not None:
             params = function.args.posonlyargs + function.args.args + function.args.kwonlyargs
             if params and value.id == params[0].arg and owner is not None and not _is_static(function):
@@ -409,6 +491,33 @@ class StaticSurface:
                                   f"'{value.attr}' (the class at run time has it)")
             return found
         return Unresolved("the attribute's type is not declared")
+
+    def _callee(self, info: ModuleInfo, call: ast.Call, method: ast.AST | None, owner: ClassModel | None,
+                depth: int) -> tuple[Lookup, Found | None]:
+        """What ``call`` calls, and the class it was reached through for a method of an object the method holds
+        (``self.load_lora_model(...)``, ``loader.load_model(...)``: the method, whose result the call gives)."""
+        function = method if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        if function is None or not _reaches_local(call.func, function):
+            return self.resolve_expr(info, call.func), None
+        if isinstance(call.func, ast.Attribute):
+            base = self._value_class(info, call.func.value, method, owner, depth)
+            member = self.member(base, call.func.attr) if isinstance(base, Found) and base.kind == "class" else None
+            if isinstance(member, Found) and member.kind in ("method", "classmethod", "staticmethod", "function"):
+                return member, base  # type: ignore[return-value]
+        return self._value_class(info, call.func, method, owner, depth), None
+
+    def _built(self, info: ModuleInfo, call: ast.Call, cls: Found, function: FunctionNode | None,
+               owner: ClassModel | None, depth: int, target: str | None) -> Found:
+        """The object ``call`` builds of class ``cls``: with what it wraps where ``cls`` forwards to it (the
+        argument's class; ``self.x = Wrapper(self.x, ...)`` wraps what ``self.x`` held before)."""
+        argument = self._forwarded_argument(call, cls)
+        if argument is None:
+            return cls
+        this = _self_name(function) if function is not None and owner is not None else None
+        name = forwarding.self_attribute(argument, this) if this is not None else None
+        wrapped = self._earlier_class(owner, name, depth + 1) if name is not None and name == target and \
+            owner is not None else self._value_class(info, argument, function, owner, depth + 1)
+        return replace(cls, wraps=wrapped) if isinstance(wrapped, Found) else cls
 
     def annotation_class(self, info: ModuleInfo, annotation: ast.expr) -> Lookup:
         """The single class an annotation names (``X``, ``"X"``, ``X | None``, ``Optional[X]``)."""
@@ -487,6 +596,10 @@ def _class_body(body: list[ast.stmt]) -> list[ast.stmt]:
         else:
             out.append(stmt)
     return out
+
+
+def _assigned(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
+    return [t for target in node.targets for t in _flatten(target)] if isinstance(node, ast.Assign) else [node.target]
 
 
 def _self_name(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
@@ -653,7 +766,17 @@ def _single_assignment(function: ast.FunctionDef | ast.AsyncFunctionDef, name: s
     """The value of a local the function assigns exactly once (``config = vllm_config.model_config``)."""
     values = [node.value for node in walk_shallow(function) if isinstance(node, ast.Assign)
               and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name]
-    annotated = [node for node in walk_shallow(function) if isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For,
-                 ast.With, ast.NamedExpr)) and name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and
-                                                         isinstance(n.ctx, ast.Store)}]
+    bound = [target for node in walk_shallow(function) for target in _binds(node)]
+    annotated = [t for t in bound if name in {n.id for n in ast.walk(t) if isinstance(n, ast.Name) and
+                                               isinstance(n.ctx, ast.Store)}]
     return values[0] if len(values) == 1 and not annotated else None
+
+
+def _binds(node: ast.AST) -> list[ast.expr]:
+    """The targets a statement binds other than by ``name = value``: ``for x in``, ``with ... as x``, ``x += 1``,
+    ``x: T = v``, ``(x := v)`` (not the statements inside a block)."""
+    if isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.NamedExpr)):
+        return [node.target]
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return [item.optional_vars for item in node.items if item.optional_vars is not None]
+    return []

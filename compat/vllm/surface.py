@@ -42,6 +42,10 @@ class Found:
     handle: Any = field(default=None, compare=False, repr=False)
     """Reader-private: what the reading that made it needs to answer further questions (a static
     ``Definition``, a ``RuntimeObject``); read it only through that reading's own accessors."""
+    wraps: Found | None = None
+    """For an object of a class whose ``__getattr__`` forwards what the class lacks to one of its attributes
+    (``compat.vllm.forwarding``): the class of the object it wraps, as the place that built it says
+    (``BreakableCUDAGraphWrapper(self.model, ...)``); a member the class lacks is that class's."""
 
 
 @dataclass(frozen=True)
