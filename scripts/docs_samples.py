@@ -18,6 +18,7 @@ order may not. Needs: ``network`` (releases from the package index, cached after
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import shlex
@@ -59,11 +60,11 @@ SAMPLES = [
     Sample("fix", "python -m compat.fix --vllm '>=0.11.0' --apply patched", ("network",), head=8, tail=2),
     Sample("fix-full", "python -m compat.fix --vllm '>=0.11.0' --apply patched", ("network",)),
     Sample("extract", "python -m compat.extract --patched patched --check --dtype float32 --out run",
-           ("network", "vllm"), after="fix"),
+           ("network", "vllm"), after="fix", keep=r"^(compat\.extract|  gate|  check)"),
     Sample("gate", "python -m compat.gate run/main --values", ("vllm",), after="extract"),
     Sample("gate-seed", "python -m compat.gate seed --model models/llama", ("torch",),
            setup="python -m tests.seed_dataset ."),
-    Sample("matrix", "python -m compat.matrix --vllm '>=0.30'", ("network",), head=28),
+    Sample("matrix", "python -m compat.matrix --vllm '>=0.30'", ("network",), head=18),
     Sample("matrix-full", "python -m compat.matrix --vllm '>=0.30'", ("network",)),
     Sample("bisect", "python -m compat.bisect --good 0.11.0 --bad 0.18.0 --touchpoint "
            "'call|vllm.v1.request.Request|speculators/data_generation/vllm_hidden_states_generator.py:234'",
@@ -106,7 +107,8 @@ def _output(sample: Sample, workdir: Path) -> list[str]:
     if done.returncode not in sample.exits:
         tail = "\n".join(lines[-30:])
         raise SystemExit(f"sample {sample.name}: `{sample.command}` exited {done.returncode}:\n{tail}")
-    return [line.replace(str(workdir) + os.sep, "") for line in lines]
+    home = str(Path.home())
+    return [line.replace(str(workdir) + os.sep, "").replace(home + os.sep, "~" + os.sep) for line in lines]
 
 
 def blocks(text: str) -> dict[str, tuple[int, int]]:
@@ -197,8 +199,11 @@ def main(argv: list[str] | None = None) -> int:
             new = shown(sample, workdir, ran)
             for path in shown_in.get(sample.name, []):
                 if args.check:
-                    if masked(current_block(path, sample.name)) != masked(new):
-                        differ.append(f"{path.relative_to(ROOT)}: sample {sample.name}")
+                    old = masked(current_block(path, sample.name))
+                    if old != masked(new):
+                        diff = list(difflib.unified_diff(old, masked(new), "shown", "printed now", lineterm="", n=0))
+                        differ.append(f"{path.relative_to(ROOT)}: sample {sample.name}\n    "
+                                      + "\n    ".join(diff[2:14] + (["..."] if len(diff) > 14 else [])))
                 else:
                     write_block(path, sample.name, new)
     if differ:
