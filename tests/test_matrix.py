@@ -271,3 +271,18 @@ def test_bisect_agrees_with_the_matrix_on_every_breakage(speculators):
         assert (found_bad.build, found_good.build) == (bad, good), row.key
         checked += 1
     assert checked >= 10, checked
+
+
+def test_failing_lines_are_one_per_row_with_runs_of_builds():
+    """The exit code's lines: a row failing in many builds is one line naming its runs, not a line per build."""
+    columns = [Column(v, v, v) for v in ("1.0", "1.1", "1.2", "1.3", "1.4")]
+    ok, broken, changed = Cell("ok", "fine"), Cell("broken", "gone"), Cell("changed", "moved")
+    rows = [Row("call", "vllm.f", "a.py:1", cells={"1.0": ok, "1.1": broken, "1.2": broken, "1.3": ok,
+                                                   "1.4": broken}),
+            Row("call", "vllm.g", "a.py:2", cells={"1.0": changed, "1.1": broken, "1.2": broken}),
+            Row("call", "vllm.h", "a.py:3", cells={"1.0": ok})]
+    lines = Matrix("c", "1", columns, rows).failing()
+    assert lines == ["call vllm.f (a.py:1) is broken in 1.1-1.2 (2 builds); broken in 1.4: gone",
+                     "call vllm.g (a.py:2) is broken in 1.1-1.2 (2 builds): gone"]
+    changed_too = Matrix("c", "1", columns, rows[1:2], fail_on=FailOn.CHANGED).failing()
+    assert changed_too == ["call vllm.g (a.py:2) is changed in 1.0; broken in 1.1-1.2 (2 builds): gone"]

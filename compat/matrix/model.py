@@ -151,12 +151,28 @@ class Matrix:
         return [r for r in self.rows if r.worst() != "ok"]
 
     def failing(self) -> list[str]:
-        """Each row's failing cells under ``fail_on``, one line each: the exit code without a baseline."""
+        """What fails under ``fail_on``, one line per row (the exit code without a baseline): the builds where it
+        fails, as runs of consecutive builds with one status, and the message of the newest of them."""
         unread = {c.label: c.error for c in self.columns if c.error}
         lines = [f"build {label} could not be read: {error}" for label, error in unread.items()]
-        return lines + [f"{row.probe} {row.touchpoint} ({row.location}) is {cell.status} in {label}: {cell.message}"
-                        for row in self.rows for label, cell in row.cells.items()
-                        if label not in unread and fails(cell.status, self.fail_on)]
+        for row in self.rows:
+            runs: list[tuple[str, list[str]]] = []  # (status, labels), consecutive in build order
+            last, before = None, None
+            for column in self.columns:
+                cell = row.cells.get(column.label)
+                failed = cell is not None and column.label not in unread and fails(cell.status, self.fail_on)
+                status = cell.status if failed else None
+                if status is not None:
+                    if status == before:
+                        runs[-1][1].append(column.label)
+                    else:
+                        runs.append((status, [column.label]))
+                    last = cell
+                before = status
+            if runs:
+                where = "; ".join(f"{status} in {_run_text(labels)}" for status, labels in runs)
+                lines.append(f"{row.probe} {row.touchpoint} ({row.location}) is {where}: {last.message}")
+        return lines
 
     def as_json(self) -> dict[str, Any]:
         columns = self.columns
@@ -210,3 +226,8 @@ def regressions(previous: Matrix, current: Matrix, fail_on: FailOn = DEFAULT) ->
                 found.append(f"{row.probe} {row.touchpoint} ({row.location}) breaks in {label}, fine in the previous "
                              f"run: {cell.message}")
     return found
+
+
+def _run_text(labels: list[str]) -> str:
+    """'0.12.0' or '0.12.0-0.33.0 (32 builds)'."""
+    return labels[0] if len(labels) == 1 else f"{labels[0]}-{labels[-1]} ({len(labels)} builds)"
