@@ -9,9 +9,10 @@ signature reader (``callables``) needs from the static reading.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from compat.signature import Signature
 from compat.syntax import FunctionNode
 from compat.vllm.modules import ModuleInfo
 from compat.vllm.surface import Found, Lookup, Missing, Unresolved
@@ -27,6 +28,13 @@ class ClassModel:
     bases: list[Found | Unresolved | Missing]
     mro: list[ClassModel] | None = None
     external: list[str] | None = None
+    members: dict[str, Found | ast.stmt] | None = field(default=None, repr=False)
+    """The names the class body itself defines, each with its last definition (a ``Found`` once asked for):
+    built on the first question, so each member is one dict lookup, not a pass over the body."""
+    assigned: dict[str, tuple[ast.stmt, FunctionNode]] | None = field(default=None, repr=False)
+    """``self.<name> = ...`` in the class's own methods: the first assignment of each name and its method."""
+    constructor: Signature | Unresolved | None = field(default=None, repr=False)
+    """The signature ``inspect.signature(cls)`` gives, once read (``compat.vllm.callables``)."""
 
 
 @dataclass(frozen=True, eq=False)

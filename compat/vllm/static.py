@@ -240,18 +240,18 @@ class StaticSurface:
 
     def own_member(self, cls: ClassModel, name: str) -> Found | None:
         """``name`` as the body of ``cls`` itself defines it (the last definition wins), not inherited."""
-        found: Found | None = None
-        for stmt in _class_body(cls.node.body):
-            path = f"{cls.found.path}.{name}"
-            loc = Location(cls.module.relpath, stmt.lineno)
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
-                found = Found(path, _method_kind(stmt), loc, handle=Definition(cls.module, stmt, cls))
-            elif isinstance(stmt, ast.ClassDef) and stmt.name == name:
-                found = Found(path, "class", loc, handle=Definition(cls.module, stmt, cls))
-            elif isinstance(stmt, ast.Assign) and name in [n for t in stmt.targets for n in target_names(t)]:
-                found = Found(path, "attribute", loc, handle=Definition(cls.module, stmt, cls))
-            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
-                found = Found(path, "attribute", loc, handle=Definition(cls.module, stmt, cls))
+        if cls.members is None:
+            cls.members = _own_definitions(cls.node.body)
+        known = cls.members.get(name)
+        if known is None or isinstance(known, Found):
+            return known
+        path, loc, handle = f"{cls.found.path}.{name}", Location(cls.module.relpath, known.lineno), \
+            Definition(cls.module, known, cls)
+        if isinstance(known, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found = Found(path, _method_kind(known), loc, handle=handle)
+        else:
+            found = Found(path, "class" if isinstance(known, ast.ClassDef) else "attribute", loc, handle=handle)
+        cls.members[name] = found
         return found
 
     def forwarded_attribute(self, cls: ClassModel) -> str | None:
@@ -318,24 +318,12 @@ class StaticSurface:
         return argument is not None and forwarding.self_attribute(argument, _self_name(method) or "") == name
 
     def _instance_attribute(self, cls: ClassModel, name: str) -> Found | None:
-        for stmt in _class_body(cls.node.body):
-            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            self_name = _self_name(stmt)
-            if self_name is None:
-                continue
-            for sub in ast.walk(stmt):
-                targets: list[ast.expr] = []
-                if isinstance(sub, ast.Assign):
-                    targets = [t for target in sub.targets for t in _flatten(target)]
-                elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)):
-                    targets = [sub.target]
-                for target in targets:
-                    if (isinstance(target, ast.Attribute) and target.attr == name
-                            and isinstance(target.value, ast.Name) and target.value.id == self_name):
-                        return Found(f"{cls.found.path}.{name}", "instance-attribute",
-                                     Location(cls.module.relpath, sub.lineno),
-                                     handle=Definition(cls.module, sub, cls, stmt))
+        if cls.assigned is None:
+            cls.assigned = _self_assignments(cls.node.body)
+        if name in cls.assigned:
+            sub, stmt = cls.assigned[name]
+            return Found(f"{cls.found.path}.{name}", "instance-attribute", Location(cls.module.relpath, sub.lineno),
+                         handle=Definition(cls.module, sub, cls, stmt))
         slots = self.own_member(cls, "__slots__")
         defined = definition(slots) if slots is not None else None
         value = getattr(defined.node, "value", None) if defined is not None else None
@@ -596,6 +584,42 @@ def _class_body(body: list[ast.stmt]) -> list[ast.stmt]:
         else:
             out.append(stmt)
     return out
+
+
+def _own_definitions(body: list[ast.stmt]) -> dict[str, Found | ast.stmt]:
+    """Each name a class body defines (a def, a class, an assignment, an annotation), with its last definition."""
+    defined: dict[str, Found | ast.stmt] = {}
+    for stmt in _class_body(body):
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined[stmt.name] = stmt
+        elif isinstance(stmt, ast.Assign):
+            defined.update((n, stmt) for t in stmt.targets for n in target_names(t))
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            defined[stmt.target.id] = stmt
+    return defined
+
+
+def _self_assignments(body: list[ast.stmt]) -> dict[str, tuple[ast.stmt, FunctionNode]]:
+    """``self.<name> = ...`` (plain, annotated or augmented) in the methods of a class body: the first statement
+    that assigns each name, in the order of the methods and of ``ast.walk`` within one, and its method."""
+    assigned: dict[str, tuple[ast.stmt, FunctionNode]] = {}
+    for stmt in _class_body(body):
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        self_name = _self_name(stmt)
+        if self_name is None:
+            continue
+        for sub in ast.walk(stmt):
+            targets: list[ast.expr] = []
+            if isinstance(sub, ast.Assign):
+                targets = [t for target in sub.targets for t in _flatten(target)]
+            elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)):
+                targets = [sub.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                        and target.value.id == self_name:
+                    assigned.setdefault(target.attr, (sub, stmt))  # type: ignore[arg-type]
+    return assigned
 
 
 def _assigned(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
