@@ -551,24 +551,19 @@ class StaticSurface:
     # ---- where names live ----------------------------------------------------------------
     def definitions(self, name: str) -> tuple[str, ...]:
         if self._definitions is None:
-            self._definitions = _definition_index(self.index.root, self.package)
+            self._definitions = _definition_index(self.index)
         return tuple(self._definitions.get(name, ()))
 
 
-def _definition_index(root: Path, package: str) -> dict[str, list[str]]:
+def _definition_index(index: SourceIndex) -> dict[str, list[str]]:
     """Top-level classes and functions of every module, read with a regex (fast, no parsing)."""
     pattern = re.compile(rb"^(?:class|def|async def)\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
-    index: dict[str, list[str]] = {}
-    base = root / package
-    for path in sorted(base.rglob("*.py")):
-        module = module_name(root, path)
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
+    definitions: dict[str, list[str]] = {}
+    for path, data in index.texts():
+        module = module_name(index.root, path)
         for match in pattern.finditer(data):
-            index.setdefault(match.group(1).decode(), []).append(f"{module}.{match.group(1).decode()}")
-    return index
+            definitions.setdefault(match.group(1).decode(), []).append(f"{module}.{match.group(1).decode()}")
+    return definitions
 
 
 def _class_body(body: list[ast.stmt]) -> list[ast.stmt]:
