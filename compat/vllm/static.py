@@ -45,7 +45,7 @@ class StaticSurface:
         self.package = package
         self.index = SourceIndex(Path(root), package)
         self._classes: dict[tuple[str, int], ClassModel] = {}
-        self._definitions: dict[str, list[str]] | None = None
+        self._definitions: dict[str, tuple[str, ...]] = {}
         self._facts: dict[str, Any] = {}
         self._earlier: set[tuple[str, str]] = set()
         """(class, attribute) pairs whose earlier value is being read (a value built from itself stops there)."""
@@ -550,20 +550,18 @@ class StaticSurface:
 
     # ---- where names live ----------------------------------------------------------------
     def definitions(self, name: str) -> tuple[str, ...]:
-        if self._definitions is None:
-            self._definitions = _definition_index(self.index)
-        return tuple(self._definitions.get(name, ()))
+        if name not in self._definitions:
+            self._definitions[name] = _defined_at(self.index, name)
+        return self._definitions[name]
 
 
-def _definition_index(index: SourceIndex) -> dict[str, list[str]]:
-    """Top-level classes and functions of every module, read with a regex (fast, no parsing)."""
-    pattern = re.compile(rb"^(?:class|def|async def)\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
-    definitions: dict[str, list[str]] = {}
-    for path, data in index.texts():
-        module = module_name(index.root, path)
-        for match in pattern.finditer(data):
-            definitions.setdefault(match.group(1).decode(), []).append(f"{module}.{match.group(1).decode()}")
-    return definitions
+def _defined_at(index: SourceIndex, name: str) -> tuple[str, ...]:
+    """The modules whose top level defines a class or function ``name``, as dotted paths, read with a regex (fast,
+    no parsing; only the files whose text names it are searched)."""
+    needle = name.encode()
+    pattern = re.compile(rb"^(?:class|def|async def)\s+" + re.escape(needle) + rb"(?![A-Za-z0-9_])", re.M)
+    return tuple(f"{module_name(index.root, path)}.{name}" for path, data in index.texts() if needle in data
+                 for _ in pattern.finditer(data))
 
 
 def _class_body(body: list[ast.stmt]) -> list[ast.stmt]:
