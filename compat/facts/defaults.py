@@ -475,15 +475,26 @@ def _build_reads(surface: StaticSurface, attribute: str, names: set[str]) -> lis
         return []
     pattern = re.compile(re.escape(attribute.encode()) + rb"\s*\.\s*(?:" +
                          b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b")
-    root = surface.index.root
+    root, needle = surface.index.root, attribute.encode()
     found: list[tuple[str, str, str]] = []
     for path, data in surface.index.texts():
-        lines = {data.count(b"\n", 0, m.start()) + 1 for m in pattern.finditer(data)}
+        lines = _lines(pattern, data) if needle in data else set()
         info = surface.index.module(module_name(root, path)) if lines and "__pycache__" not in path.parts else None
         if info is not None:
             found += [(function, name, f"{info.relpath}:{line}")
                       for function, name, line in _reads_in(info.tree, info.name, attribute, names, lines)]
     return found
+
+
+def _lines(pattern: re.Pattern[bytes], data: bytes) -> set[int]:
+    """The lines where ``pattern`` matches (lines counted from one match to the next, not from the start)."""
+    lines: set[int] = set()
+    line, counted = 1, 0
+    for match in pattern.finditer(data):
+        line += data.count(b"\n", counted, match.start())
+        counted = match.start()
+        lines.add(line)
+    return lines
 
 
 def _own_reads(surface: StaticSurface, model: ClassModel, names: set[str]) -> list[tuple[str, str, str]]:

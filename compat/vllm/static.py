@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,7 +21,7 @@ from compat.signature import Signature
 from compat.syntax import FunctionNode, is_type_checking, module_name, walk_shallow
 from compat.vllm import forwarding
 from compat.vllm.callables import CallableReader
-from compat.vllm.definitions import ClassModel, Definition, definition
+from compat.vllm.definitions import ClassModel, Definition, SelfAssignments, definition
 from compat.vllm.modules import Binding, ModuleInfo, SourceIndex, target_names
 from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
 
@@ -319,9 +320,10 @@ class StaticSurface:
 
     def _instance_attribute(self, cls: ClassModel, name: str) -> Found | None:
         if cls.assigned is None:
-            cls.assigned = _self_assignments(cls.node.body)
-        if name in cls.assigned:
-            sub, stmt = cls.assigned[name]
+            cls.assigned = SelfAssignments(_self_assignments(cls.node.body))
+        first = cls.assigned.first(name)
+        if first is not None:
+            sub, stmt = first
             return Found(f"{cls.found.path}.{name}", "instance-attribute", Location(cls.module.relpath, sub.lineno),
                          handle=Definition(cls.module, sub, cls, stmt))
         slots = self.own_member(cls, "__slots__")
@@ -592,10 +594,8 @@ def _own_definitions(body: list[ast.stmt]) -> dict[str, Found | ast.stmt]:
     return defined
 
 
-def _self_assignments(body: list[ast.stmt]) -> dict[str, tuple[ast.stmt, FunctionNode]]:
-    """``self.<name> = ...`` (plain, annotated or augmented) in the methods of a class body: the first statement
-    that assigns each name, in the order of the methods and of ``ast.walk`` within one, and its method."""
-    assigned: dict[str, tuple[ast.stmt, FunctionNode]] = {}
+def _self_assignments(body: list[ast.stmt]) -> Iterator[tuple[str, ast.stmt, FunctionNode]]:
+    """(name, statement, method) for each ``self.<name>`` a method of a class body assigns, in order."""
     for stmt in _class_body(body):
         if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
@@ -611,8 +611,7 @@ def _self_assignments(body: list[ast.stmt]) -> dict[str, tuple[ast.stmt, Functio
             for target in targets:
                 if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
                         and target.value.id == self_name:
-                    assigned.setdefault(target.attr, (sub, stmt))  # type: ignore[arg-type]
-    return assigned
+                    yield target.attr, sub, stmt  # type: ignore[misc]
 
 
 def _assigned(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
