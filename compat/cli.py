@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import json
 import os
@@ -12,12 +13,14 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from compat import __version__
 from compat.cache import atomic_write_text
 from compat.errors import CompatError
 from compat.report import Format, Reportable, View, render
 from compat.report.escaping import escaped
+from compat.syntax import collector_paused
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,17 @@ def guarded(prog: str, debug: bool, body: Callable[[], int], json_errors: JsonEr
         where = f" at {frame.filename}:{frame.lineno}" if frame else ""
         return fail(type(exc).__name__, "internal error: ", f"{type(exc).__name__}: {exc}{where} (rerun with "
                     "--debug for the traceback)", 2)
+
+
+def exit_after(main: Callable[[], int]) -> NoReturn:
+    """Run a command that builds one audit's parse trees, then exit with its code. The collector stays off until
+    the end, and what the command built is frozen first (``gc.freeze``): turning the collector back on, and the
+    interpreter's last collection, would each walk the trees of a cold audit again (0.6 s apiece) only to free
+    memory that the exit frees anyway."""
+    with collector_paused():
+        code = main()
+        gc.freeze()
+    sys.exit(code)
 
 
 _OPTIONAL = {"torch": "gate", "safetensors": "gate", "transformers": "gate", "tokenizers": "models"}

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import ast
+import gc
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from compat.signature import CallShape, Parameter, ParamKind, Signature
@@ -19,6 +22,32 @@ def parse_source(source: str | bytes, filename: str) -> ast.Module:
         warnings.simplefilter("ignore", SyntaxWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
         return ast.parse(source, filename=filename)
+
+
+_paused = threading.Lock()
+_pausing = 0
+_was_enabled = False
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while parse trees are built and read (back on, if it was, when the
+    last of nested or concurrent users leaves). A cold audit parses some 160 modules of two builds into about
+    900,000 objects that live until it ends; the collector walks every one of them each time their number grows
+    by a quarter: 8 full passes, 2.5 s of a 7 s audit, freeing nothing (a parse tree holds no cycle)."""
+    global _pausing, _was_enabled
+    with _paused:
+        if _pausing == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _pausing += 1
+    try:
+        yield
+    finally:
+        with _paused:
+            _pausing -= 1
+            if _pausing == 0 and _was_enabled:
+                gc.enable()
 
 
 def module_name(root: Path, path: Path) -> str:

@@ -15,7 +15,7 @@ from compat import policy
 from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
 from compat.audit.result import SCHEMA, AuditResult
 from compat.cache import atomic_write_text
-from compat.cli import JsonErrors, emit, guarded
+from compat.cli import JsonErrors, emit, exit_after, guarded
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS
 from compat.report import Format, View, render
 
@@ -145,4 +145,4 @@ def _one_build(text: str | None, flag: str, target: str, said: list[str]) -> str
 
 
 def run() -> None:
-    sys.exit(main())
+    exit_after(main)

@@ -22,6 +22,7 @@ from compat.errors import CompatError
 from compat.findings import Confirmation, Evidence, Finding, Place, Status, by_place
 from compat.policy import DEFAULT, FailOn
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, Probe, ProbeContext
+from compat.syntax import collector_paused
 from compat.vllm.builds import OpenedBuild, open_build
 from compat.vllm.surface import Found, Lookup, Missing, Surface
 
@@ -73,6 +74,10 @@ class Auditor:
 
     def run(self, scan: Scan | None = None, opened: OpenedBuild | None = None,
             written_for: Surface | None | str = "auto") -> AuditResult:
+        with collector_paused():  # the parse trees it builds would be walked again and again, for nothing
+            return self._run(scan, opened, written_for)
+
+    def _run(self, scan: Scan | None, opened: OpenedBuild | None, written_for: Surface | None | str) -> AuditResult:
         scan = scan or self.scan_consumer()
         opened = opened or open_build(self.options.vllm, self.options.target, self.options.vllm_version)
         surface = opened.surface

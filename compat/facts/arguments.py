@@ -119,8 +119,7 @@ def read(surface: StaticSurface, callable_path: str, parameter: str) -> Argument
     pattern = re.compile(rb"\b" + re.escape(parameter.encode()) + rb"\s*=")
     sources: list[Source] = []
     root = surface.index.root
-    for path in sorted((root / surface.package).rglob("*.py")):
-        data = path.read_bytes()
+    for path, data in surface.index.texts():
         if bare.encode() not in data or not pattern.search(data):
             continue
         info = surface.index.module(module_name(root, path))

@@ -182,11 +182,7 @@ def read(surface: StaticSurface, name: str) -> Callers:
     root = surface.index.root
     needle = name.encode()
     sites: list[CallSite] = []
-    for path in sorted((root / surface.package).rglob("*.py")):
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
+    for path, data in surface.index.texts():
         if needle not in data:
             continue
         info = surface.index.module(module_name(root, path))
@@ -251,11 +247,8 @@ class SentRpcs:
 def _read_sent(surface: StaticSurface) -> SentRpcs:
     pattern = re.compile(rb"""\b(?:%s)\(\s*["']([A-Za-z_][A-Za-z0-9_]*)["']""" % b"|".join(r.encode() for r in _RPC))
     names: set[str] = set()
-    for path in sorted((surface.index.root / surface.package).rglob("*.py")):
-        try:
-            names.update(m.group(1).decode() for m in pattern.finditer(path.read_bytes()))
-        except OSError:
-            continue
+    for _, data in surface.index.texts():
+        names.update(m.group(1).decode() for m in pattern.finditer(data))
     return SentRpcs(tuple(sorted(names)))
 
 

@@ -28,7 +28,7 @@ import ast
 import operator
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compat.facts import Fact
 from compat.facts.reading import Code, declared, loc, method
@@ -237,10 +237,22 @@ def _construction(surface: StaticSurface, owner: Found) -> list[Code]:
     return [code for code in (method(surface, owner, n) for n in names) if code is not None]
 
 
-def _stores(surface: StaticSurface, owner: Found, attribute: str | None) -> tuple[list[_Store], list[str]]:
-    """The assignments to ``self.<name>`` (``attribute`` None) or ``self.<attribute>.<name>`` made while ``owner``
-    is built, in the order they run, and the dotted paths of the methods that run."""
-    stores: list[_Store] = []
+@dataclass(frozen=True)
+class _Built:
+    """What building a class does: each assignment to an attribute of ``self`` (``through`` "") or of one of
+    ``self``'s attributes (``through``: ``scheduler_config`` for ``self.scheduler_config.<name> = ...``), in the
+    order they run, and the dotted paths of the methods that run. Read once per class: every config class asks
+    for ``VllmConfig``'s."""
+
+    stores: tuple[tuple[str, _Store], ...] = ()
+    ran: tuple[str, ...] = ()
+
+
+def _build(surface: StaticSurface, class_path: str) -> _Built:
+    owner = surface.lookup(class_path)
+    if not isinstance(owner, Found) or owner.kind != "class":
+        return _Built()
+    stores: list[tuple[str, _Store]] = []
     ran: list[str] = []
 
     def visit(code: Code, tests: tuple[_Test, ...], depth: int) -> None:
@@ -248,13 +260,14 @@ def _stores(surface: StaticSurface, owner: Found, attribute: str | None) -> tupl
         self_name = _self_name(code.node)
         if self_name is None:
             return
-        prefix = self_name if attribute is None else f"{self_name}.{attribute}"
         for stmt, inner in _statements(code.node.body, tests):
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 for target in targets:
-                    if isinstance(target, ast.Attribute) and ast.unparse(target.value) == prefix:
-                        stores.append(_Store(target.attr, stmt.value, stmt, inner, code, prefix))
+                    through = _through(target, self_name)
+                    if isinstance(target, ast.Attribute) and through is not None:
+                        prefix = f"{self_name}.{through}" if through else self_name
+                        stores.append((through, _Store(target.attr, stmt.value, stmt, inner, code, prefix)))
             for name in _own_calls(stmt, self_name):
                 callee = method(surface, owner, name)
                 if callee is not None and callee.found.path not in ran and depth < _MAX_CALL_DEPTH:
@@ -263,7 +276,29 @@ def _stores(surface: StaticSurface, owner: Found, attribute: str | None) -> tupl
     for code in _construction(surface, owner):
         if code.found.path not in ran:
             visit(code, (), 0)
-    return stores, ran
+    return _Built(tuple(stores), tuple(ran))
+
+
+_BUILT = Fact("construction", _build, kept=False)
+"""Kept in this process only: it holds parse trees, and the facts made from it are what the memo keeps."""
+
+
+def _through(target: ast.expr, self_name: str) -> str | None:
+    """"" for a target ``<self>.<name>``, the attribute for ``<self>.<attribute>.<name>``, else None."""
+    receiver = target.value if isinstance(target, ast.Attribute) else None
+    if isinstance(receiver, ast.Name) and receiver.id == self_name:
+        return ""
+    if isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name) and \
+            receiver.value.id == self_name:
+        return receiver.attr
+    return None
+
+
+def _stores(surface: StaticSurface, owner: Found, attribute: str | None) -> tuple[list[_Store], list[str]]:
+    """The assignments to ``self.<name>`` (``attribute`` None) or ``self.<attribute>.<name>`` made while ``owner``
+    is built, in the order they run, and the dotted paths of the methods that run."""
+    built = surface.fact(_BUILT, owner.path)
+    return [store for through, store in built.stores if through == (attribute or "")], list(built.ran)
 
 
 def _literal(text: str | None) -> object:
@@ -325,6 +360,10 @@ def env_defaults(surface: StaticSurface) -> dict[str, object]:
                 if found is not _UNKNOWN:
                     values[f"envs.{key.value}"] = found
     return values
+
+
+_ENV = Fact("environment-defaults", env_defaults, kept=False)
+"""Read once per build, for every config class (kept in this process only, as what is made from it is kept)."""
 
 
 def _truth(node: ast.expr, subject: str, value: object, env: dict[str, object] | None = None) -> bool | None:
@@ -436,16 +475,26 @@ def _build_reads(surface: StaticSurface, attribute: str, names: set[str]) -> lis
         return []
     pattern = re.compile(re.escape(attribute.encode()) + rb"\s*\.\s*(?:" +
                          b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b")
-    root = surface.index.root
+    root, needle = surface.index.root, attribute.encode()
     found: list[tuple[str, str, str]] = []
-    for path in sorted((root / surface.package).rglob("*.py")):
-        data = path.read_bytes()
-        lines = {data.count(b"\n", 0, m.start()) + 1 for m in pattern.finditer(data)}
+    for path, data in surface.index.texts():
+        lines = _lines(pattern, data) if needle in data else set()
         info = surface.index.module(module_name(root, path)) if lines and "__pycache__" not in path.parts else None
         if info is not None:
             found += [(function, name, f"{info.relpath}:{line}")
                       for function, name, line in _reads_in(info.tree, info.name, attribute, names, lines)]
     return found
+
+
+def _lines(pattern: re.Pattern[bytes], data: bytes) -> set[int]:
+    """The lines where ``pattern`` matches (lines counted from one match to the next, not from the start)."""
+    lines: set[int] = set()
+    line, counted = 1, 0
+    for match in pattern.finditer(data):
+        line += data.count(b"\n", counted, match.start())
+        counted = match.start()
+        lines.add(line)
+    return lines
 
 
 def _own_reads(surface: StaticSurface, model: ClassModel, names: set[str]) -> list[tuple[str, str, str]]:
@@ -487,7 +536,10 @@ def _copies(stores: list[_Store], properties: list[tuple[str, ast.expr]], params
 def read(surface: StaticSurface, class_path: str, readers: str = ALL) -> ConfigDefaults:
     """The defaults of the config class at ``class_path``; ``readers`` names the fields whose reads are looked for
     (comma-separated; ``*`` every field, "" none). The walk over the build is the costly part: a probe that
-    compares two builds asks for the defaults without readers first, then for the readers of what changed."""
+    compares two builds asks for the defaults without readers first, then for the readers of what changed (the
+    defaults themselves are read once: the answer without readers is the start of every other)."""
+    if readers:
+        return _with_reads(surface, class_path, surface.fact(FACT, class_path, ""), readers)
     owner = surface.lookup(class_path)
     model = surface.class_model(owner) if isinstance(owner, Found) and owner.kind == "class" else None
     sig = surface.signature(owner) if model is not None and isinstance(owner, Found) else None
@@ -499,23 +551,36 @@ def read(surface: StaticSurface, class_path: str, readers: str = ALL) -> ConfigD
     top = surface.lookup(VLLM_CONFIG)
     if isinstance(top, Found) and top.kind == "class" and top.path != owner.path:
         stores += _stores(surface, top, attribute)[0]
-    names = {p.name for p in params}
-    copies = _copies(stores, list(_one_line_properties(surface, model)), names)
-    looked = names if readers == ALL else set(filter(None, readers.split(","))) & names
-    wanted = looked | {c for n in looked for c in copies.get(n, [])}
-    reads: dict[str, dict[str, str]] = {}
-    for function, name, at in _own_reads(surface, model, wanted) + _build_reads(surface, attribute, wanted):
-        reads.setdefault(name, {}).setdefault(function, at)
+    copies = _copies(stores, list(_one_line_properties(surface, model)), {p.name for p in params})
     fields = []
-    env = env_defaults(surface)
+    env = surface.fact(_ENV)
     for param in params:
         decl = declared(surface, owner, param.name)
-        seen = [Read(f, at) for f, at in reads.get(param.name, {}).items()]
-        seen += [Read(f, at, copy) for copy in copies.get(param.name, []) for f, at in reads.get(copy, {}).items()]
-        fields.append(FieldDefault(
-            param.name, decl.default, decl.at, _rewrites(surface, stores, param.name, decl.default, env),
-            tuple(sorted(seen, key=lambda r: (r.function, r.at))), tuple(copies.get(param.name, []))))
+        fields.append(FieldDefault(param.name, decl.default, decl.at,
+                                   _rewrites(surface, stores, param.name, decl.default, env),
+                                   copies=tuple(copies.get(param.name, []))))
     return ConfigDefaults(owner.path, attribute, loc(owner), tuple(ran), tuple(fields))
+
+
+def _with_reads(surface: StaticSurface, class_path: str, config: ConfigDefaults, readers: str) -> ConfigDefaults:
+    """``config`` with the reads of the fields ``readers`` names (and of the fields made from them)."""
+    owner = surface.lookup(class_path)
+    model = surface.class_model(owner) if isinstance(owner, Found) and owner.kind == "class" else None
+    if model is None or not config.fields:
+        return config
+    names = {f.name for f in config.fields}
+    copies = {f.name: f.copies for f in config.fields}
+    looked = names if readers == ALL else set(filter(None, readers.split(","))) & names
+    wanted = looked | {c for n in looked for c in copies[n]}
+    reads: dict[str, dict[str, str]] = {}
+    for function, name, at in _own_reads(surface, model, wanted) + _build_reads(surface, config.attribute, wanted):
+        reads.setdefault(name, {}).setdefault(function, at)
+    fields = []
+    for field in config.fields:
+        seen = [Read(f, at) for f, at in reads.get(field.name, {}).items()]
+        seen += [Read(f, at, copy) for copy in field.copies for f, at in reads.get(copy, {}).items()]
+        fields.append(replace(field, reads=tuple(sorted(seen, key=lambda r: (r.function, r.at)))))
+    return replace(config, fields=tuple(fields))
 
 
 FACT = Fact("defaults", read)

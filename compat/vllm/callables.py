@@ -165,7 +165,13 @@ class CallableReader:
 
     # ---- classes -------------------------------------------------------------------------
     def constructor(self, model: ClassModel) -> Signature | Unresolved:
-        """What ``inspect.signature(cls)`` gives: own ``__new__``/``__init__`` first, then inherited."""
+        """What ``inspect.signature(cls)`` gives: own ``__new__``/``__init__`` first, then inherited (read once per
+        class: a config's defaults ask for it once per field)."""
+        if model.constructor is None:
+            model.constructor = self._constructor(model)
+        return model.constructor
+
+    def _constructor(self, model: ClassModel) -> Signature | Unresolved:
         order, external = self.surface.mro(model)
         synthesized = self._synthesized(model, order, external)
         if synthesized is not None:

@@ -9,9 +9,11 @@ signature reader (``callables``) needs from the static reading.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from compat.signature import Signature
 from compat.syntax import FunctionNode
 from compat.vllm.modules import ModuleInfo
 from compat.vllm.surface import Found, Lookup, Missing, Unresolved
@@ -27,6 +29,30 @@ class ClassModel:
     bases: list[Found | Unresolved | Missing]
     mro: list[ClassModel] | None = None
     external: list[str] | None = None
+    members: dict[str, Found | ast.stmt] | None = field(default=None, repr=False)
+    """The names the class body itself defines, each with its last definition (a ``Found`` once asked for):
+    built on the first question, so each member is one dict lookup, not a pass over the body."""
+    assigned: SelfAssignments | None = field(default=None, repr=False)
+    """``self.<name> = ...`` in the class's own methods, read as far as the names asked for need."""
+    constructor: Signature | Unresolved | None = field(default=None, repr=False)
+    """The signature ``inspect.signature(cls)`` gives, once read (``compat.vllm.callables``)."""
+
+
+class SelfAssignments:
+    """The first ``self.<name> = ...`` (plain, annotated or augmented) of each name in a class's own methods, in
+    the order of the methods and of ``ast.walk`` within one, with its method. The walk goes only as far as the
+    names asked for need (a runner's methods run to thousands of lines) and is never made twice."""
+
+    def __init__(self, assignments: Iterator[tuple[str, ast.stmt, FunctionNode]]) -> None:
+        self._walk = assignments
+        self._first: dict[str, tuple[ast.stmt, FunctionNode]] = {}
+
+    def first(self, name: str) -> tuple[ast.stmt, FunctionNode] | None:
+        for attr, stmt, method in self._walk:
+            self._first.setdefault(attr, (stmt, method))
+            if attr == name:
+                break
+        return self._first.get(name)
 
 
 @dataclass(frozen=True, eq=False)

@@ -45,7 +45,22 @@ class SourceIndex:
         self.root = Path(root)
         self.package = package
         self._modules: dict[str, ModuleInfo | None] = {}
+        self._texts: list[tuple[Path, bytes]] | None = None
         self.parsed_files: list[Path] = []
+
+    def texts(self) -> list[tuple[Path, bytes]]:
+        """Every ``.py`` file of the package and its bytes, in path order (a file that cannot be read left out).
+        Read once: the searches of the whole build by text (where a name is defined, which modules call a
+        method, which name a config's field) each needed every file, and a cold audit makes a dozen of them."""
+        if self._texts is None:
+            texts = []
+            for path in sorted((self.root / self.package).rglob("*.py")):
+                try:
+                    texts.append((path, path.read_bytes()))
+                except OSError:
+                    continue
+            self._texts = texts
+        return self._texts
 
     def is_internal(self, module: str) -> bool:
         return module == self.package or module.startswith(self.package + ".")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,7 +21,7 @@ from compat.signature import Signature
 from compat.syntax import FunctionNode, is_type_checking, module_name, walk_shallow
 from compat.vllm import forwarding
 from compat.vllm.callables import CallableReader
-from compat.vllm.definitions import ClassModel, Definition, definition
+from compat.vllm.definitions import ClassModel, Definition, SelfAssignments, definition
 from compat.vllm.modules import Binding, ModuleInfo, SourceIndex, target_names
 from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
 
@@ -45,7 +46,7 @@ class StaticSurface:
         self.package = package
         self.index = SourceIndex(Path(root), package)
         self._classes: dict[tuple[str, int], ClassModel] = {}
-        self._definitions: dict[str, list[str]] | None = None
+        self._definitions: dict[str, tuple[str, ...]] = {}
         self._facts: dict[str, Any] = {}
         self._earlier: set[tuple[str, str]] = set()
         """(class, attribute) pairs whose earlier value is being read (a value built from itself stops there)."""
@@ -240,18 +241,18 @@ class StaticSurface:
 
     def own_member(self, cls: ClassModel, name: str) -> Found | None:
         """``name`` as the body of ``cls`` itself defines it (the last definition wins), not inherited."""
-        found: Found | None = None
-        for stmt in _class_body(cls.node.body):
-            path = f"{cls.found.path}.{name}"
-            loc = Location(cls.module.relpath, stmt.lineno)
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
-                found = Found(path, _method_kind(stmt), loc, handle=Definition(cls.module, stmt, cls))
-            elif isinstance(stmt, ast.ClassDef) and stmt.name == name:
-                found = Found(path, "class", loc, handle=Definition(cls.module, stmt, cls))
-            elif isinstance(stmt, ast.Assign) and name in [n for t in stmt.targets for n in target_names(t)]:
-                found = Found(path, "attribute", loc, handle=Definition(cls.module, stmt, cls))
-            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
-                found = Found(path, "attribute", loc, handle=Definition(cls.module, stmt, cls))
+        if cls.members is None:
+            cls.members = _own_definitions(cls.node.body)
+        known = cls.members.get(name)
+        if known is None or isinstance(known, Found):
+            return known
+        path, loc, handle = f"{cls.found.path}.{name}", Location(cls.module.relpath, known.lineno), \
+            Definition(cls.module, known, cls)
+        if isinstance(known, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found = Found(path, _method_kind(known), loc, handle=handle)
+        else:
+            found = Found(path, "class" if isinstance(known, ast.ClassDef) else "attribute", loc, handle=handle)
+        cls.members[name] = found
         return found
 
     def forwarded_attribute(self, cls: ClassModel) -> str | None:
@@ -318,24 +319,13 @@ class StaticSurface:
         return argument is not None and forwarding.self_attribute(argument, _self_name(method) or "") == name
 
     def _instance_attribute(self, cls: ClassModel, name: str) -> Found | None:
-        for stmt in _class_body(cls.node.body):
-            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            self_name = _self_name(stmt)
-            if self_name is None:
-                continue
-            for sub in ast.walk(stmt):
-                targets: list[ast.expr] = []
-                if isinstance(sub, ast.Assign):
-                    targets = [t for target in sub.targets for t in _flatten(target)]
-                elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)):
-                    targets = [sub.target]
-                for target in targets:
-                    if (isinstance(target, ast.Attribute) and target.attr == name
-                            and isinstance(target.value, ast.Name) and target.value.id == self_name):
-                        return Found(f"{cls.found.path}.{name}", "instance-attribute",
-                                     Location(cls.module.relpath, sub.lineno),
-                                     handle=Definition(cls.module, sub, cls, stmt))
+        if cls.assigned is None:
+            cls.assigned = SelfAssignments(_self_assignments(cls.node.body))
+        first = cls.assigned.first(name)
+        if first is not None:
+            sub, stmt = first
+            return Found(f"{cls.found.path}.{name}", "instance-attribute", Location(cls.module.relpath, sub.lineno),
+                         handle=Definition(cls.module, sub, cls, stmt))
         slots = self.own_member(cls, "__slots__")
         defined = definition(slots) if slots is not None else None
         value = getattr(defined.node, "value", None) if defined is not None else None
@@ -562,25 +552,18 @@ class StaticSurface:
 
     # ---- where names live ----------------------------------------------------------------
     def definitions(self, name: str) -> tuple[str, ...]:
-        if self._definitions is None:
-            self._definitions = _definition_index(self.index.root, self.package)
-        return tuple(self._definitions.get(name, ()))
+        if name not in self._definitions:
+            self._definitions[name] = _defined_at(self.index, name)
+        return self._definitions[name]
 
 
-def _definition_index(root: Path, package: str) -> dict[str, list[str]]:
-    """Top-level classes and functions of every module, read with a regex (fast, no parsing)."""
-    pattern = re.compile(rb"^(?:class|def|async def)\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
-    index: dict[str, list[str]] = {}
-    base = root / package
-    for path in sorted(base.rglob("*.py")):
-        module = module_name(root, path)
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
-        for match in pattern.finditer(data):
-            index.setdefault(match.group(1).decode(), []).append(f"{module}.{match.group(1).decode()}")
-    return index
+def _defined_at(index: SourceIndex, name: str) -> tuple[str, ...]:
+    """The modules whose top level defines a class or function ``name``, as dotted paths, read with a regex (fast,
+    no parsing; only the files whose text names it are searched)."""
+    needle = name.encode()
+    pattern = re.compile(rb"^(?:class|def|async def)\s+" + re.escape(needle) + rb"(?![A-Za-z0-9_])", re.M)
+    return tuple(f"{module_name(index.root, path)}.{name}" for path, data in index.texts() if needle in data
+                 for _ in pattern.finditer(data))
 
 
 def _class_body(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -596,6 +579,39 @@ def _class_body(body: list[ast.stmt]) -> list[ast.stmt]:
         else:
             out.append(stmt)
     return out
+
+
+def _own_definitions(body: list[ast.stmt]) -> dict[str, Found | ast.stmt]:
+    """Each name a class body defines (a def, a class, an assignment, an annotation), with its last definition."""
+    defined: dict[str, Found | ast.stmt] = {}
+    for stmt in _class_body(body):
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined[stmt.name] = stmt
+        elif isinstance(stmt, ast.Assign):
+            defined.update((n, stmt) for t in stmt.targets for n in target_names(t))
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            defined[stmt.target.id] = stmt
+    return defined
+
+
+def _self_assignments(body: list[ast.stmt]) -> Iterator[tuple[str, ast.stmt, FunctionNode]]:
+    """(name, statement, method) for each ``self.<name>`` a method of a class body assigns, in order."""
+    for stmt in _class_body(body):
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        self_name = _self_name(stmt)
+        if self_name is None:
+            continue
+        for sub in ast.walk(stmt):
+            targets: list[ast.expr] = []
+            if isinstance(sub, ast.Assign):
+                targets = [t for target in sub.targets for t in _flatten(target)]
+            elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)):
+                targets = [sub.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                        and target.value.id == self_name:
+                    yield target.attr, sub, stmt  # type: ignore[misc]
 
 
 def _assigned(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
