@@ -210,6 +210,7 @@ def listing(url: str) -> tuple[bool, dict[str, int]]:
     """Whether ``url`` names one file, and the files under it (itself when it is one): each path relative to
     ``url`` (``""`` for the file itself) with its size. CompatError when nothing is there."""
     fs, path = filesystem(url)
+    fs.invalidate_cache(path)  # a listing kept from an earlier run in this process may be stale
     try:
         info = retried(f"looking up {url}", fs.info, path)
     except FileNotFoundError:
