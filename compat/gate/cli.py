@@ -14,6 +14,7 @@ from compat.cli import JsonErrors, emit, guarded
 from compat.errors import CompatError
 from compat.gate.options import GateOptions
 from compat.gate.read.layouts import Layout
+from compat.gate.read.source import is_url, parse_option
 from compat.gate.recompute import NUMBERINGS
 from compat.gate.result import SCHEMA
 from compat.gate.rules import RULES
@@ -36,10 +37,19 @@ def _int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from exc
 
 
+def _path_or_url(text: str) -> Path | str:
+    return text if is_url(text) else Path(text)
+
+
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m compat.gate", description=__doc__,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("paths", nargs="*", type=Path, help="files or directories of hidden-state files")
+    p.add_argument("paths", nargs="*", type=_path_or_url,
+                   help="files or directories of hidden-state files, local or as URLs (s3://bucket/prefix, gs://, "
+                        "file://, memory://: any fsspec protocol)")
+    p.add_argument("--storage-option", action="append", default=[], type=parse_option, metavar="KEY=VALUE",
+                   help="an option of the URLs' filesystem (repeatable), e.g. endpoint_url=http://127.0.0.1:9000; "
+                        "a value that reads as JSON is taken as such (anon=true)")
     p.add_argument("--layout", help=f"force a layout: {', '.join(x.value for x in Layout)} (default: detect)")
     p.add_argument("--model", type=Path, help="model directory or config.json: hidden size, dtype, vocabulary")
     p.add_argument("--hidden-size", type=int, help="expected hidden size (overrides --model)")
@@ -100,7 +110,8 @@ def options_from(args: argparse.Namespace) -> GateOptions:
         reference_samples=args.reference_samples,
         reference_device=_choice(args.reference_device, ("cpu", "cuda", "auto"), "--reference-device"),
         layer_numbering=_choice(args.layer_numbering, NUMBERINGS, "--layer-numbering"), max_rel=args.max_rel,
-        min_cos=args.min_cos, ignore=frozenset(args.ignore), strict=args.strict)
+        min_cos=args.min_cos, ignore=frozenset(args.ignore), strict=args.strict,
+        storage_options=tuple(args.storage_option))
 
 
 def main(argv: list[str] | None = None) -> int:

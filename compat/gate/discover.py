@@ -10,6 +10,7 @@ from pathlib import Path
 
 from compat.errors import CompatError
 from compat.gate.read.files import DATA_SUFFIXES
+from compat.gate.read.source import exists, is_url, listing
 
 DATA_CONFIG = "data_config.json"
 _DIGITS = re.compile(r"(\d+)")
@@ -76,16 +77,24 @@ def _is_dir(entry: os.DirEntry) -> bool:
 class Discovered:
     files: list[str]
     """Data files (by suffix, whatever kind of file they are), in natural order."""
-    root: Path
-    data_config: Path | None
+    root: Path | str
+    """A directory, or the URL all URLs given lie under."""
+    data_config: Path | str | None
     loops: list[str] = field(default_factory=list)
     """Directory links that lead back to a directory already walked: not followed, each reported."""
     regular: frozenset[str] = frozenset()
     """Files the directory listing says are regular files (not links): read without a ``stat`` first."""
 
 
-def discover(paths: tuple[Path, ...]) -> Discovered:
-    """Data files under ``paths`` (natural order), their common root, and a data_config.json if one is there."""
+def discover(paths: tuple[Path | str, ...]) -> Discovered:
+    """Data files under ``paths`` (natural order), their common root, and a data_config.json if one is there.
+    Paths are local, or all URLs (``compat.gate.read.source``): then so are the files, root and config."""
+    urls = [p for p in paths if is_url(p)]
+    if urls:
+        if len(urls) < len(paths):
+            raise CompatError("give local paths or URLs, not both: "
+                              f"{', '.join(map(str, (p for p in paths if not is_url(p))))}")
+        return _discover_urls(urls)
     files: list[str] = []
     loops: list[str] = []
     regular: set[str] = set()
@@ -125,3 +134,49 @@ def _is_file_path(path: Path) -> bool:
         return path.is_file()
     except OSError:
         return False
+
+
+def _discover_urls(urls: list[str]) -> Discovered:
+    """``discover`` over URLs: each one file, or every file under it (one listing of all its keys), by the same
+    rules as a local walk (dot-files and dot-directories skipped, the suffixes, natural order); each file's URL
+    is the given one joined with its path below it, so reports name files relative to it as for local paths."""
+    files: list[str] = []
+    configs: list[str] = []
+    listed: set[str] = set()
+    parents = []
+    for url in urls:
+        single, found = listing(url)
+        if single:
+            parents.append(url.rpartition("/")[0])
+            (configs if url.rpartition("/")[2] == DATA_CONFIG else files).append(url)
+            continue
+        top = url.rstrip("/")
+        parents.append(top)
+        for rel in found:
+            parts = rel.split("/")
+            if any(part.startswith(".") for part in parts):
+                continue
+            listed.add(f"{top}/{rel}")
+            if rel == DATA_CONFIG:
+                configs.append(f"{top}/{rel}")
+            elif parts[-1].endswith(_SUFFIXES):
+                files.append(f"{top}/{rel}")
+    if not files:
+        raise CompatError(f"no hidden-state files ({', '.join(sorted(DATA_SUFFIXES))}) under {', '.join(urls)}")
+    files = sorted(set(files), key=natural_key)
+    if not configs:
+        beside = f"{files[0].rpartition('/')[0]}/{DATA_CONFIG}"
+        if beside in listed or (not listed and exists(beside)):
+            configs.append(beside)
+    return Discovered(files, _common(parents), configs[0] if configs else None)
+
+
+def _common(urls: list[str]) -> str:
+    """The longest URL every one of ``urls`` lies under (whole path segments)."""
+    parts = [u.split("/") for u in urls]
+    common = []
+    for segments in zip(*parts):
+        if len(set(segments)) > 1:
+            break
+        common.append(segments[0])
+    return "/".join(common)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from compat.errors import CompatError
+from compat.gate.read.source import is_url, read_text
 from compat.gate.read.tensors import canonical_dtype
 from compat.gate.read.views import SampleView
 
@@ -113,14 +114,15 @@ def read_model_config(path: Path) -> ModelInfo:
 class DataConfig:
     """speculators 0.3.0's ``data_config.json`` (written by ``DataGenerationConfig``)."""
 
-    path: Path
+    path: Path | str
     layer_ids: tuple[int, ...] | None
     hidden_size: int | None
 
 
-def read_data_config(path: Path) -> DataConfig:
+def read_data_config(path: Path | str) -> DataConfig:
+    """A speculators ``data_config.json``, local or named by URL."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path) if is_url(path) else Path(path).read_text())
         layer_ids = data.get("hidden_states", {}).get("layer_ids")
         model = data.get("model", {})
         return DataConfig(path, tuple(int(i) for i in layer_ids) if layer_ids else None, model.get("hidden_size"))
@@ -136,7 +138,7 @@ class Conflict:
     """The flag's value; its source is the flag (``--layer-ids``)."""
     config: Expected
     """What ``data_config.json`` states; its source names the key and the file."""
-    path: Path
+    path: Path | str
     """The ``data_config.json``: a finding about the dataset is keyed to it."""
     overridden: bool
     """``--override-data-config``: the flag won."""

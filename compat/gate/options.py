@@ -11,7 +11,8 @@ from compat.gate.read.layouts import Layout
 
 @dataclass(frozen=True)
 class GateOptions:
-    paths: tuple[Path, ...]
+    paths: tuple[Path | str, ...]
+    """Local paths, or URLs of any fsspec protocol (``s3://bucket/prefix``: ``compat.gate.read.source``)."""
     layout: Layout | None = None
     model: Path | None = None
     hidden_size: int | None = None
@@ -30,6 +31,8 @@ class GateOptions:
     min_cos: float | None = None
     ignore: frozenset[str] = field(default_factory=frozenset)
     strict: bool = False
+    storage_options: tuple[tuple[str, Any], ...] = ()
+    """``--storage-option KEY=VALUE``: for the filesystem of every URL. Not in the report (it may hold secrets)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The report's ``options`` (schema ``compat.gate/1``)."""

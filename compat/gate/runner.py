@@ -33,6 +33,7 @@ from compat.gate.options import GateOptions
 from compat.gate.read.files import NOT_DATA, read_file
 from compat.gate.read.layouts import Layout
 from compat.gate.read.safetensors_header import forget_headers
+from compat.gate.read.source import configure as configure_storage
 from compat.gate.read.views import FailureKind, FileView, ReadFailure, SampleView
 from compat.gate.recompute import recompute
 from compat.gate.result import GateResult, GateSummary
@@ -211,6 +212,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
         import torch  # noqa: F401
     started = time.perf_counter()
     forget_headers()  # a run costs what its own files do, whatever ran before it in this process
+    configure_storage(dict(options.storage_options))  # for the URLs' filesystems, wherever they are read
     found_files = discover(options.paths)
     root, data_config = found_files.root, found_files.data_config
     exp, conflicts = _expectations(options, data_config)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from compat.gate.read.files import STORAGE_FIX
+from compat.gate.read.source import StorageError
 from compat.gate.read.tensor_data import SampleTensors, open_file
 from compat.gate.read.views import FailureKind, FileView, ReadFailure, SampleView
 from compat.gate.read.zip_archive import INFLATION_BASE, INFLATION_RATIO, inflation_limit
@@ -117,7 +119,8 @@ def scan_file(view: FileView, token_range: bool) -> FileValues:
                     _bounded(st.view, view.size)
                     measured.append(scan_sample(st, token_range))
     except Exception as exc:  # noqa: BLE001 - a file whose values cannot be read is a finding, the gate goes on
-        failure = ReadFailure(FailureKind.UNREADABLE, str(exc), type(exc).__name__, traceback.format_exc())
+        failure = ReadFailure(FailureKind.UNREADABLE, str(exc), type(exc).__name__, traceback.format_exc(),
+                              STORAGE_FIX if isinstance(exc, StorageError) else None)
         return FileValues(tuple(measured), failure, sum(m.bytes_read for m in measured))
     return FileValues(tuple(measured), None, sum(m.bytes_read for m in measured))
 

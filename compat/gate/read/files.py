@@ -8,8 +8,9 @@ import stat
 import traceback
 
 from compat.gate.read.layouts import Layout
-from compat.gate.read.safetensors_header import HeaderError, read_header
+from compat.gate.read.safetensors_header import HeaderError, read_header, read_header_at
 from compat.gate.read.samples import LayoutMismatch, missing_tensors_sample, names, sample_from_object, stacked_sample
+from compat.gate.read.source import RemoteFile, StorageError, is_url, open_remote
 from compat.gate.read.torch_load import load_error, load_structure
 from compat.gate.read.views import FailureKind, FileView, ReadFailure
 from compat.gate.read.zip_archive import FormatError
@@ -32,6 +33,8 @@ def read_file(path: str, forced: Layout | None = None, hidden_size: int | None =
     swapped since it was listed. Whatever else a hostile file provokes (a RecursionError, a MemoryError) is a
     finding about that file too.
     """
+    if "://" in path and is_url(path):
+        return _read_url(path, forced, hidden_size, layers)
     size = 0
     try:
         if listed_regular and path.endswith(".safetensors"):
@@ -52,6 +55,25 @@ def read_file(path: str, forced: Layout | None = None, hidden_size: int | None =
         return read_torch(path, forced, hidden_size, layers, size)
     except Exception as exc:  # noqa: BLE001 - one bad file is one finding; the run goes on
         return _crashed(path, size, exc)
+
+
+def _read_url(url: str, forced: Layout | None, hidden_size: int | None, layers: int | None) -> FileView:
+    """``read_file`` of a file named by URL (``compat.gate.read.source``): only its header's byte ranges are read."""
+    try:
+        source = open_remote(url)
+    except OSError as exc:
+        return FileView(url, 0, failure=_cannot_open(exc))
+    except Exception as exc:  # noqa: BLE001 - one bad file is one finding; the run goes on
+        return _crashed(url, 0, exc)
+    if not source.is_file:
+        return FileView(url, 0, failure=_unreadable("not a file but a directory: only files hold data",
+                                                    "NotRegularFile", fix=NOT_DATA))
+    try:
+        if url.endswith(".safetensors"):
+            return read_safetensors(url, forced, source)
+        return read_torch(url, forced, hidden_size, layers, source.size)
+    except Exception as exc:  # noqa: BLE001 - one bad file is one finding; the run goes on
+        return _crashed(url, source.size, exc)
 
 
 def _crashed(path: str, size: int, exc: Exception) -> FileView:
@@ -77,17 +99,23 @@ def _unreadable(message: str, error_type: str, tb: str | None = None, fix: str |
     return ReadFailure(FailureKind.UNREADABLE, message, error_type, tb, fix)
 
 
+STORAGE_FIX = ("the storage failed, not the file: check its health and credentials and run the gate again (the "
+               "file's bytes were not judged)")
+
+
 def _cannot_open(exc: OSError) -> ReadFailure:
+    if isinstance(exc, StorageError):
+        return _unreadable(one_line(exc, 600), type(exc).__name__, fix=STORAGE_FIX)
     return _unreadable(f"cannot open: {exc.strerror or one_line(exc)}", type(exc).__name__)
 
 
-def read_safetensors(path: str, forced: Layout | None) -> FileView:
+def read_safetensors(path: str, forced: Layout | None, source: RemoteFile | None = None) -> FileView:
     try:
-        header = read_header(path)
+        header = read_header(path) if source is None else read_header_at(source)
     except HeaderError as exc:
-        return FileView(path, file_size(path), failure=_unreadable(str(exc), type(exc).__name__))
+        return FileView(path, file_size(path, source), failure=_unreadable(str(exc), type(exc).__name__))
     except OSError as exc:
-        return FileView(path, file_size(path), failure=_cannot_open(exc))
+        return FileView(path, file_size(path, source), failure=_cannot_open(exc))
     tensors = header.tensors
     layout = forced or Layout.VLLM_SAFETENSORS
     if layout is not Layout.VLLM_SAFETENSORS:
@@ -119,8 +147,10 @@ def read_torch(path: str, forced: Layout | None, hidden_size: int | None, layers
     return FileView(path, size, samples)
 
 
-def file_size(path: str) -> int:
-    """The size of ``path`` in bytes; 0 when it cannot be stat'ed."""
+def file_size(path: str, source: RemoteFile | None = None) -> int:
+    """The size of ``path`` in bytes (``source``'s as listed, for a URL); 0 when it cannot be stat'ed."""
+    if source is not None:
+        return source.size
     try:
         return os.stat(path).st_size
     except OSError:

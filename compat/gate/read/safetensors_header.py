@@ -31,6 +31,7 @@ from math import inf
 from operator import itemgetter
 from typing import NoReturn
 
+from compat.gate.read.source import RemoteFile
 from compat.gate.read.tensors import ITEMSIZE, SAFETENSORS_DTYPES, TensorInfo, shape_text
 
 MAX_HEADER = 100_000_000
@@ -69,9 +70,19 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
     of 1.4 million tensors costs under twice what ``safe_open`` does, in less memory (benchmarks/gate_speed.py);
     running out of memory on one is said as such. A small header whose bytes (and file size) were parsed
     before is not parsed again (``_parsed_before``). The header returned is shared: not to be changed."""
+    return _header(_read, path)
+
+
+def read_header_at(source: RemoteFile) -> SafetensorsHeader:
+    """``read_header`` of a file named by URL: its first ``_FIRST_READ`` bytes, then the rest of its header in one
+    range (``compat.gate.read.source``)."""
+    return _header(_read_ranges, source)
+
+
+def _header(read, where) -> SafetensorsHeader:
     length = 0
     try:
-        size, raw = _read(path)
+        size, raw = read(where)
         length = len(raw)
         if type(raw) is bytes:  # a header read at once: at most _FIRST_READ bytes
             return _parsed_before(raw, size)
@@ -118,14 +129,7 @@ def _read(path: str | os.PathLike) -> tuple[int, bytes | bytearray]:
             raise HeaderError(f"not a regular file (mode {oct(info.st_mode)}); not read")
         size = info.st_size
         head = os.read(fd, _FIRST_READ)
-        if len(head) < 8:
-            raise HeaderError(f"file has {size} bytes, fewer than the 8-byte header length of a safetensors file")
-        length = int.from_bytes(head[:8], "little")
-        if length > size - 8:
-            raise HeaderError(f"header length field says {length} bytes but only {size - 8} follow it (byte 0): "
-                              "truncated, or not a safetensors file")
-        if length > MAX_HEADER:
-            raise HeaderError(f"header length field says {length} bytes, over the {MAX_HEADER}-byte limit (byte 0)")
+        length = _length(head, size)
         if length <= len(head) - 8:
             return size, head[8:8 + length]
         raw = bytearray(length)  # read in place: a header of 100 MB is not copied while it grows
@@ -140,6 +144,34 @@ def _read(path: str | os.PathLike) -> tuple[int, bytes | bytearray]:
     finally:
         os.close(fd)
     return size, raw
+
+
+def _read_ranges(source: RemoteFile) -> tuple[int, bytes | bytearray]:
+    """``_read`` of a file by byte ranges: its size as listed, its first page, then what the header needs more."""
+    size = source.size
+    head = source.read(0, _FIRST_READ)
+    length = _length(head, size)
+    if length <= len(head) - 8:
+        return size, head[8:8 + length]
+    raw = bytearray(length)
+    got = len(head) - 8
+    raw[:got] = head[8:]
+    with memoryview(raw) as view:
+        source.readinto(view[got:], 8 + got)
+    return size, raw
+
+
+def _length(head: bytes, size: int) -> int:
+    """The header length the first bytes state, checked against the file's size and the limit."""
+    if len(head) < 8:
+        raise HeaderError(f"file has {size} bytes, fewer than the 8-byte header length of a safetensors file")
+    length = int.from_bytes(head[:8], "little")
+    if length > size - 8:
+        raise HeaderError(f"header length field says {length} bytes but only {size - 8} follow it (byte 0): "
+                          "truncated, or not a safetensors file")
+    if length > MAX_HEADER:
+        raise HeaderError(f"header length field says {length} bytes, over the {MAX_HEADER}-byte limit (byte 0)")
+    return length
 
 
 def _json_float(text: str) -> float:

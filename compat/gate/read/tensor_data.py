@@ -15,7 +15,8 @@ from typing import Any
 
 from compat.gate.read.files import read_file
 from compat.gate.read.layouts import Layout
-from compat.gate.read.safetensors_header import read_header
+from compat.gate.read.safetensors_header import read_header, read_header_at
+from compat.gate.read.source import RemoteFile, is_url, open_remote
 from compat.gate.read.tensors import ITEMSIZE
 from compat.gate.read.torch_load import open_values
 from compat.gate.read.views import FileView, SampleView
@@ -132,23 +133,42 @@ class FileTensor:
             got += more
 
 
+class RemoteTensor(FileTensor):
+    """A ``FileTensor`` of a file named by URL: each run of adjacent bytes is one range request, its size bounded
+    by what the value reader asks at once (``value_stats.CHUNK_BYTES``)."""
+
+    def __init__(self, source: RemoteFile, offset: int, dtype: str, shape: tuple[int, ...]) -> None:
+        super().__init__(-1, offset, dtype, shape)
+        self._source = source
+
+    def _read(self, into: memoryview, begin: int) -> None:
+        self._source.readinto(into, self._offset + begin)
+
+
+def _tensors(header, make) -> Any:
+    cache: dict[str, FileTensor] = {}
+
+    def get(name: str) -> FileTensor:
+        if name not in cache:
+            info = header.tensors[name]
+            cache[name] = make(header.data_start + header.spans[name][0], info.dtype, info.shape)
+        return cache[name]
+
+    return get
+
+
 @contextmanager
 def _safetensors(path: str) -> Iterator[Any]:
     """Name -> ``FileTensor`` of the safetensors file at ``path``, its header read again (views keep no offsets)."""
+    if "://" in path and is_url(path):
+        source = open_remote(path)
+        yield _tensors(read_header_at(source), lambda *where: RemoteTensor(source, *where))
+        return
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path} is no longer a regular file")
-        header = read_header(path)
-        cache: dict[str, FileTensor] = {}
-
-        def get(name: str) -> FileTensor:
-            if name not in cache:
-                info = header.tensors[name]
-                cache[name] = FileTensor(fd, header.data_start + header.spans[name][0], info.dtype, info.shape)
-            return cache[name]
-
-        yield get
+        yield _tensors(read_header(path), lambda *where: FileTensor(fd, *where))
     finally:
         os.close(fd)
 

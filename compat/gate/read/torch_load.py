@@ -14,6 +14,7 @@ from math import prod
 from typing import Any
 
 from compat.gate.read.paths import openable
+from compat.gate.read.source import is_url, open_remote
 from compat.gate.read.tensors import ITEMSIZE
 from compat.gate.read.torch_header import Archive, StorageRef, TensorStub, read_archive, read_stubs, refuse_shared
 from compat.gate.read.zip_archive import (
@@ -123,9 +124,13 @@ _last_stubs: tuple[Directory, Any] | None = None
 
 def _load_checked(path: str, archive: Archive | None) -> Any:
     if archive is None:
-        with open(path, "rb") as handle:
-            magic = handle.read(4)
-            size = os.fstat(handle.fileno()).st_size
+        if "://" in path and is_url(path):
+            remote = open_remote(path)
+            magic, size = remote.read(0, 4), remote.size
+        else:
+            with open(path, "rb") as handle:
+                magic = handle.read(4)
+                size = os.fstat(handle.fileno()).st_size
         if magic[:2] != b"PK" and magic[:1] != b"\x80":
             # torch.save writes a zip archive (or, before 1.6, a pickle stream): anything else is another format.
             raise FormatError(f"not a torch.save file (a zip archive or pickle stream): it starts with {magic!r}")

@@ -16,6 +16,8 @@ import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from compat.gate.read.source import RemoteFile, is_url, open_remote
+
 INFLATION_BASE = 16 << 20
 INFLATION_RATIO = 50
 """An archive may declare at most ``INFLATION_BASE + INFLATION_RATIO * its size`` bytes uncompressed in all.
@@ -35,6 +37,7 @@ _DEFLATE_RATIO = 1032
 """Deflate cannot expand past about 1032 bytes per compressed byte (258-byte matches of 2 bits)."""
 _WHOLE = 256 << 10  # files up to this size are read with one read; larger ones by their directory's offsets
 _EOCD_SEARCH = (64 << 10) + 22  # the end record sits within its largest comment of the file's end
+_REMOTE_TAIL = 16 << 10  # by URL, the end read first: the end records and the directory of a few dozen members
 
 _CHUNK = 1 << 20  # the most inflated in one step
 _INPUT = 64 << 10  # the most compressed bytes a stream holds
@@ -91,6 +94,8 @@ class Directory:
     members: dict[str, Member]
     whole: bytes | None = None
     """The file's bytes, when it is small enough to have been read in one read."""
+    remote: RemoteFile | None = None
+    """A file named by URL: its bytes are read by range through this."""
 
     @property
     def stored(self) -> bool:
@@ -101,6 +106,8 @@ class Directory:
         """``length`` bytes at ``offset`` (fewer at the end of the file)."""
         if self.whole is not None:
             return self.whole[offset:offset + length]
+        if self.remote is not None:
+            return self.remote.read(offset, length)
         fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO swapped in for the file cannot hang it
         try:
             return os.pread(fd, length, offset)
@@ -123,10 +130,16 @@ def read_directory(path: str) -> Directory:
     """The archive's members, each checked; raises NotPlain for a file that is no zip archive (torch.load says
     what it is) and ``ArchiveRefused`` for an archive whose directory lies or declares too much.
 
-    The last directory read is kept while its file is unchanged (same inode, size and modification time): the
-    gate reads a file's values right after its header, and checking again would cost a tenth of loading it.
+    The last directory read is kept while its file is unchanged (same inode, size and modification time; for a
+    URL, its size and ETag): the gate reads a file's values right after its header, and checking again would
+    cost a tenth of loading it. A file named by URL is read by ranges (``_RemoteSource``): its end, its central
+    directory, each member's local header, and nothing of its tensors.
     """
-    global _last_read
+    if "://" in path and is_url(path):
+        remote = open_remote(path)
+        if _last_read is not None and _last_read[0] == remote.identity:
+            return _last_read[1]
+        return _checked(path, remote.size, _RemoteSource(remote), remote.identity)
     # os.open, not open(): no file object to build and close for each of many small files; O_NONBLOCK as in
     # Directory.read.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -135,19 +148,22 @@ def read_directory(path: str) -> Directory:
         identity = (path, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
         if _last_read is not None and _last_read[0] == identity:
             return _last_read[1]
-        size = info.st_size
-        source = _Source(fd, size)
-        cd_offset, cd_size, count = _end_record(source, size)
-        if cd_size > MAX_DIRECTORY:
-            raise ArchiveRefused(f"its central directory is {cd_size} bytes, over the {MAX_DIRECTORY}-byte limit")
-        members, declared = _members(source, cd_offset, cd_size, count)
+        return _checked(path, info.st_size, _Source(fd, info.st_size), identity)
     finally:
         os.close(fd)
+
+
+def _checked(path: str, size: int, source: _Source | _RemoteSource, identity: tuple) -> Directory:
+    global _last_read
+    cd_offset, cd_size, count = _end_record(source, size)
+    if cd_size > MAX_DIRECTORY:
+        raise ArchiveRefused(f"its central directory is {cd_size} bytes, over the {MAX_DIRECTORY}-byte limit")
+    members, declared = _members(source, cd_offset, cd_size, count)
     if declared > inflation_limit(size):
         raise ZipBomb(f"its {len(members)} members declare {declared} bytes uncompressed from a {size}-byte file "
                       f"({declared / max(size, 1):.0f}x), over the limit of {INFLATION_BASE >> 20} MiB + "
                       f"{INFLATION_RATIO}x its size: a zip bomb, or data that is mostly zeros")
-    directory = Directory(path, size, members, source.whole)
+    directory = Directory(path, size, members, source.whole, source.remote)
     _last_read = (identity, directory)
     return directory
 
@@ -156,6 +172,8 @@ _last_read: tuple[tuple, Directory] | None = None
 
 class _Source:
     """A file's bytes: all of them for a small file (one read), else read where asked."""
+
+    remote = None
 
     def __init__(self, fd: int, size: int) -> None:
         self.fd = fd
@@ -167,6 +185,36 @@ class _Source:
         if self.whole is not None:
             return self.whole, offset
         return os.pread(self.fd, length, offset), 0
+
+    def tail(self, size: int) -> tuple[int, bytes, int]:
+        """Where the search for the end record begins, and a buffer of the bytes from there (``at``'s form)."""
+        window = max(0, size - _EOCD_SEARCH)
+        return (window, *self.at(window, size - window))
+
+
+class _RemoteSource:
+    """A file named by URL, read by ranges (``RemoteFile``): its last ``_REMOTE_TAIL`` bytes first (all of it when
+    that is the whole file), the rest of the end-record search only when they hold no end record."""
+
+    def __init__(self, remote: RemoteFile) -> None:
+        self.remote = remote
+        self.whole: bytes | None = None
+
+    def at(self, offset: int, length: int) -> tuple[bytes, int]:
+        if self.whole is not None:
+            return self.whole, offset
+        return self.remote.read(offset, length), 0
+
+    def tail(self, size: int) -> tuple[int, bytes, int]:
+        window = max(0, size - _REMOTE_TAIL)
+        tail = self.remote.read(window, size - window)
+        if window == 0:
+            self.whole = tail
+        elif tail.rfind(b"PK\x05\x06") < 0:  # a comment of more than _REMOTE_TAIL bytes follows it
+            window = max(0, size - _EOCD_SEARCH)
+            tail = self.remote.read(window, size - window)
+        self.remote.keep(window, tail)
+        return window, tail, 0
 
 
 def _read_exactly(fd: int, offset: int, length: int) -> bytes:
@@ -181,8 +229,7 @@ def _read_exactly(fd: int, offset: int, length: int) -> bytes:
 
 def _end_record(source: _Source, size: int) -> tuple[int, int, int]:
     """Central directory offset, size and entry count, from the end record (zip64 when it says so)."""
-    window = max(0, size - _EOCD_SEARCH)
-    tail, base = source.at(window, size - window)
+    window, tail, base = source.tail(size)
     at = tail.rfind(b"PK\x05\x06", base)
     if at < 0 or at + _EOCD.size > len(tail):
         raise NotPlain("no zip end record")

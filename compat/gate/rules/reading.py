@@ -22,7 +22,8 @@ def _unreadable_file(subject: ReadSubject, _ctx: Context) -> Sequence[RuleFindin
 def _unreadable_values(subject: ValueSubject, _ctx: Context) -> Sequence[RuleFinding]:
     if not isinstance(subject, ReadFailure):
         return ()
-    return [RuleFinding(f"reading tensor values failed: {subject.error_type}: {subject.message}", _REREAD,
+    return [RuleFinding(f"reading tensor values failed: {subject.error_type}: {subject.message}",
+                        subject.fix or _REREAD,
                         found=subject.error_type, traceback=subject.traceback)]
 
 
