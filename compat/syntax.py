@@ -34,7 +34,9 @@ def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while parse trees are built and read (back on, if it was, when the
     last of nested or concurrent users leaves). A cold audit parses some 160 modules of two builds into about
     900,000 objects that live until it ends; the collector walks every one of them each time their number grows
-    by a quarter: 8 full passes, 2.5 s of a 7 s audit, freeing nothing (a parse tree holds no cycle)."""
+    by a quarter: 8 full passes, 2.5 s of a 7 s audit, freeing little. What does form cycles is collected once, when
+    the last user leaves: without that, the matrix over 35 builds from an empty memo peaked at 3.5 GB (217 MB before
+    the pause; 441 MB with the collection, over 5 builds)."""
     global _pausing, _was_enabled
     with _paused:
         if _pausing == 0:
@@ -48,6 +50,7 @@ def collector_paused() -> Iterator[None]:
             _pausing -= 1
             if _pausing == 0 and _was_enabled:
                 gc.enable()
+                gc.collect()  # what the pause kept: a matrix's 35 audits would otherwise pile up cyclic garbage
 
 
 def module_name(root: Path, path: Path) -> str:
