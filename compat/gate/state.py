@@ -13,8 +13,9 @@ its recorded result stands for it. When a run starts, the file is left with thos
 of files changed, gone or unreadable dropped, atomically), so it holds one line per file. Only regular files
 are recorded, and only after they were checked. A state written by another version of the gate or with other
 ``ReadHints`` (``--layout``, the expected hidden size or layer count, ``--values``, a known vocabulary) is
-refused (``CompatError``: the results it holds are not what this run would find); a line that cannot be read (the last one, cut short when a
-run was killed while writing it) is left out with a note, and its file is read again.
+refused (``CompatError``: the results it holds are not what this run would find); a line that cannot be read
+(the last one, cut short when a run was killed while writing it) is left out with a note, and its file is read
+again.
 """
 
 from __future__ import annotations
