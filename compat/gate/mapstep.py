@@ -7,7 +7,8 @@ come back in the run's file order whatever order the batches finished in, so the
 Batches amortise what a worker costs per task (a tiny file is read in 20 to 90 µs): a batch closes at
 ``MAX_BATCH_FILES`` files or, where file sizes are known (``--values``, ``--state``), ``MAX_BATCH_BYTES``, and a
 run is cut into at least eight batches per worker so the workers finish together. Workers are started only as far
-as the work repays their start (``WORKER_START_SECONDS`` each, of the reading ``_estimate`` expects): a small run
+as the work repays their start (``WORKER_START_SECONDS`` each, and torch's import with ``--values``, against
+the reading ``_estimate`` expects): a small run
 reads in this process whatever ``--jobs`` says.
 """
 
@@ -28,7 +29,9 @@ Progress = Callable[[int, int], None]
 MAX_BATCH_FILES = 128
 MAX_BATCH_BYTES = 64 << 20
 WORKER_START_SECONDS = 0.5
-"""About what starting a worker costs (a new interpreter importing the gate; torch too with ``--values``)."""
+"""About what starting a worker costs (a new interpreter importing the gate), ``TORCH_START_SECONDS`` more with
+``--values`` (torch's import: 1.5 to 4 s on a loaded 2-core machine)."""
+TORCH_START_SECONDS = 3.0
 _HEADER_SECONDS = 50e-6
 _VALUES_SECONDS = 1e-3
 _VALUES_BYTES_PER_SECOND = 300e6
@@ -113,7 +116,8 @@ def _estimate(todo: list[int], sizes: list[int] | None, hints: ReadHints) -> flo
 def _workers(jobs: int, todo: list[int], sizes: list[int] | None, hints: ReadHints) -> int:
     if jobs <= 1 or len(todo) < 2:
         return 1
-    repaid = int(_estimate(todo, sizes, hints) / WORKER_START_SECONDS) if WORKER_START_SECONDS > 0 else jobs
+    start = WORKER_START_SECONDS + (TORCH_START_SECONDS if hints.values and WORKER_START_SECONDS > 0 else 0.0)
+    repaid = int(_estimate(todo, sizes, hints) / start) if start > 0 else jobs
     return max(1, min(jobs, len(todo), repaid))
 
 

@@ -40,8 +40,12 @@ TEST_EXIT_MARKER = "COMPAT_GATE_TEST_EXIT_MARKER"
 _TEST_EXIT_STATUS = 86
 
 
-def _serve(conn, hints: ReadHints) -> None:
+def _serve(conn, hints: ReadHints, threads: int) -> None:
     """A worker: check each batch it is sent, send back the results, until told to stop (None)."""
+    # Its share of the cores for torch's own threads (read when torch is first imported, by --values): N workers
+    # each running as many threads as there are cores would make every one of them wait for the others.
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, str(threads))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
     gc.disable()  # as in the gate's own process: the per-file step makes no reference cycles
     exit_on = os.environ.get(TEST_EXIT)
@@ -73,9 +77,10 @@ def _first_exit() -> bool:
 
 
 class _Worker:
-    def __init__(self, ctx, hints: ReadHints) -> None:
+    def __init__(self, ctx, hints: ReadHints, threads: int) -> None:
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child, hints), daemon=True, name="compat-gate-worker")
+        self.process = ctx.Process(target=_serve, args=(child, hints, threads), daemon=True,
+                                   name="compat-gate-worker")
         self.process.start()
         child.close()
         self.started = False
@@ -135,11 +140,12 @@ def run_batches(batches: list[Batch], hints: ReadHints, jobs: int, done: Done) -
 
 def _run(queue: deque[tuple[Batch, int]], hints: ReadHints, most: int, done: Done) -> None:
     ctx = get_context("spawn")
+    threads = max(1, (os.cpu_count() or 1) // most)
     workers: list[_Worker] = []
     try:
         while queue or workers:
             while queue and len(workers) < most:
-                workers.append(_Worker(ctx, hints))
+                workers.append(_Worker(ctx, hints, threads))
             for w in list(workers):
                 if w.held is None and queue:
                     w.give(queue.popleft())
