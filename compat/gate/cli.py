@@ -7,6 +7,7 @@ config, unknown layout or rule...). The gate never modifies, moves or deletes th
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -81,6 +82,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, help="write the report to this file instead of standard output")
     p.add_argument("--show-ok", action="store_true", help="list files that passed too")
     p.add_argument("--color", default="auto", help="auto, always, never")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                   help="processes that read the files (default: the machine's cores, here %(default)s); 1 reads "
+                        "them in this process. A run too small to repay starting them reads in this process")
+    p.add_argument("--state", type=Path, metavar="FILE",
+                   help="record each checked file in FILE (JSON lines); a rerun takes the results of files unchanged "
+                        "since (same size and modification time) from it and reads only the rest")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it is drawn only on a terminal)")
     p.add_argument("--list-rules", action="store_true", help="list the rules and exit")
     p.add_argument("--debug", action="store_true", help="show full tracebacks for internal errors")
@@ -100,6 +107,8 @@ def options_from(args: argparse.Namespace) -> GateOptions:
     for name, value in (("--hidden-size", args.hidden_size), ("--layers", args.layers)):
         if value is not None and value <= 0:
             raise CompatError(f"{name} {value}: must be positive")
+    if args.jobs <= 0:
+        raise CompatError(f"--jobs {args.jobs}: must be positive")
     if args.reference is not None and not (args.reference / "config.json").is_file():
         raise CompatError(f"--reference {args.reference}: not a model directory (no config.json)")
     return GateOptions(
@@ -111,7 +120,7 @@ def options_from(args: argparse.Namespace) -> GateOptions:
         reference_device=_choice(args.reference_device, ("cpu", "cuda", "auto"), "--reference-device"),
         layer_numbering=_choice(args.layer_numbering, NUMBERINGS, "--layer-numbering"), max_rel=args.max_rel,
         min_cos=args.min_cos, ignore=frozenset(args.ignore), strict=args.strict,
-        storage_options=tuple(args.storage_option))
+        storage_options=tuple(args.storage_option), jobs=args.jobs, state=args.state)
 
 
 def main(argv: list[str] | None = None) -> int:

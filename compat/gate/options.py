@@ -33,6 +33,11 @@ class GateOptions:
     strict: bool = False
     storage_options: tuple[tuple[str, Any], ...] = ()
     """``--storage-option KEY=VALUE``: for the filesystem of every URL. Not in the report (it may hold secrets)."""
+    jobs: int = 1
+    """Processes that read files (``--jobs``; 1: this one). How the files are read changes nothing reported, so
+    neither this nor ``state`` is among the report's ``options``."""
+    state: Path | None = None
+    """``--state``: record each checked file there, and take unchanged files' results from it."""
 
     def as_dict(self) -> dict[str, Any]:
         """The report's ``options`` (schema ``compat.gate/1``)."""

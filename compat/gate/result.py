@@ -10,7 +10,7 @@ JSON schema ``compat.gate/1`` (``as_json``)::
      "expected": {"hidden_size" | "dtype" | "layers" | "layer_ids" | "vocab_size": {"value", "source"} | null},
      "summary": {"files", "samples", "tokens", "bytes", "value_bytes", "seconds",
                  "layouts": {layout: files}, "failures_by_rule": {rule: n},
-                 "skipped_samples": [location], "ok", "broken", "changed", "unknown", "error", "allowed",
+                 "skipped_samples": [location], "reused", "ok", "broken", "changed", "unknown", "error", "allowed",
                  "exit_code", "strict"},
      "consistency": null | {"directory (layout)": {"samples", "outliers",
                  "shared_prefix": {"groups", "samples", "note"}, "scale": {"samples", "note"}}},
@@ -55,6 +55,8 @@ class GateSummary:
     seconds: float = 0.0
     layouts: tuple[tuple[str, int], ...] = ()
     skipped_samples: tuple[str, ...] = ()
+    reused: int = 0
+    """Files whose results were taken from ``--state``'s file, unchanged since they were checked, not read."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ class GateResult(Verdict):
             "summary": {"files": s.files, "samples": s.samples, "tokens": s.tokens, "bytes": s.bytes,
                         "value_bytes": s.value_bytes, "seconds": round(s.seconds, 4), "layouts": dict(s.layouts),
                         "failures_by_rule": self.failures_by_rule(), "skipped_samples": list(s.skipped_samples),
-                        **self.counts(), "exit_code": self.exit_code, "strict": self.strict},
+                        "reused": s.reused, **self.counts(), "exit_code": self.exit_code, "strict": self.strict},
             "reference": self.reference,
             "consistency": self.consistency,
             "notes": list(self.notes),

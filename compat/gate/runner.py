@@ -1,11 +1,16 @@
-"""The gate's pipeline: find files, read them, judge them phase by phase, report.
+"""The gate's pipeline: find files, read them (the map), judge them phase by phase (the reduce), report.
 
-    discover -> read (compat.gate.read) -> [--values: value_stats -> consistency] -> rules, phase by phase
-                                        -> [--reference: recompute, outliers first] -> the reference rule
-                                        -> GateResult
+    discover -> map: per file, read (compat.gate.read) [--values: value_stats]
+                     (compat.gate.mapstep: in this process or --jobs workers; --state keeps what is done)
+             -> reduce: expectations from each layout's majority, [--values: consistency], rules, phase by phase
+                        -> [--reference: recompute, outliers first] -> the reference rule
+             -> GateResult
 
-Each phase's checks (``compat.gate.rules.checks``) run over that phase's subjects: reading faults and
-failures, sample headers, measured values, each sample's standing in its dataset, reference comparisons.
+The map step's results (``FileResult``: a file's views and measured values) are all the reduce step reads of a
+file, and it takes them in the files' order however they were read, so a run's report is the same whatever
+``--jobs`` and whatever a state file supplied. Each phase's checks (``compat.gate.rules.checks``) run over that
+phase's subjects: reading faults and failures, sample headers, measured values, each sample's standing in its
+dataset, reference comparisons.
 ``run_gate(GateOptions(...))`` is the whole gate; ``compat.gate.cli`` only parses flags and renders. The gate
 opens data files read-only and never modifies, moves or deletes them.
 """
@@ -29,8 +34,10 @@ from compat.gate.collect import Found, Key, collect, where
 from compat.gate.consistency import Standing, compare_samples
 from compat.gate.datasets import LayoutOutlier, layout_outliers, unused_masks
 from compat.gate.discover import discover
+from compat.gate.filestep import ReadHints
+from compat.gate.mapstep import map_files
 from compat.gate.options import GateOptions
-from compat.gate.read.files import NOT_DATA, read_file
+from compat.gate.read.files import NOT_DATA
 from compat.gate.read.layouts import Layout
 from compat.gate.read.safetensors_header import forget_headers
 from compat.gate.read.source import configure as configure_storage
@@ -42,7 +49,7 @@ from compat.gate.rules.dataset import CONSISTENCY
 from compat.gate.rules.reference import REFERENCE
 from compat.gate.rules.rule import Context, Phase
 from compat.gate.rules.values import NONFINITE_POLICIES
-from compat.gate.value_stats import FileValues, scan_file
+from compat.gate.value_stats import FileValues
 
 Progress = Callable[[int, int], None]
 Subjects = Iterable[tuple[str, int | None, Any, Context]]
@@ -182,22 +189,10 @@ def _confirmed(found: Found) -> None:
                         for rule, f in pairs]
 
 
-def _read(files: list[str], regular: frozenset[str], options: GateOptions, exp: expect.Expectations,
-          progress: Progress | None) -> tuple[list[FileView], list[tuple[str, FileValues]]]:
-    """Every file's view, and with ``--values`` what its sound samples' values measure."""
-    hidden_hint = exp.hidden_size.value if exp.hidden_size else None
-    layers_hint = exp.layers.value if exp.layers else None
-    views: list[FileView] = []
-    scanned: list[tuple[str, FileValues]] = []
-    values = _measures_values(options)
-    for n, path in enumerate(files, 1):
-        view = read_file(path, options.layout, hidden_hint, layers_hint, path in regular)
-        views.append(view)
-        if values and view.failure is None:
-            scanned.append((path, scan_file(view, exp.vocab_size is not None)))
-        if progress is not None:
-            progress(n, len(files))
-    return views, scanned
+def _hints(options: GateOptions, exp: expect.Expectations) -> ReadHints:
+    """What the per-file step needs of the run: decided before any file is read, so every file is read alike."""
+    return ReadHints(options.layout, exp.hidden_size.value if exp.hidden_size else None,
+                     exp.layers.value if exp.layers else None, _measures_values(options), exp.vocab_size is not None)
 
 
 def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
@@ -216,7 +211,10 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     found_files = discover(options.paths)
     root, data_config = found_files.root, found_files.data_config
     exp, conflicts = _expectations(options, data_config)
-    views, scanned = _read(found_files.files, found_files.regular, options, exp, progress)
+    mapped = map_files(found_files.files, found_files.regular, _hints(options, exp), options.jobs, options.state,
+                       progress)
+    views = [r.view for r in mapped.results]
+    scanned = [(r.view.path, r.values) for r in mapped.results if r.values is not None]
     views += [FileView(link, 0, failure=ReadFailure(
         FailureKind.UNREADABLE, "a link to a directory already walked (a symlink loop, or a second link to the "
         "same directory): not walked again", "SymlinkLoop", fix=NOT_DATA)) for link in found_files.loops]
@@ -256,8 +254,11 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
         files=len(views), samples=len(samples), tokens=sum(s.tokens or 0 for s in samples),
         bytes=sum(v.size for v in views), value_bytes=sum(values.bytes_read for _, values in scanned),
         seconds=time.perf_counter() - started, layouts=tuple(sorted((k.value, n) for k, n in layouts.items())),
-        skipped_samples=tuple(where(root, *key)[1] for key in skipped))
-    notes = []
+        skipped_samples=tuple(where(root, *key)[1] for key in skipped), reused=mapped.reused)
+    notes = list(mapped.notes)
+    if options.state is not None:
+        notes.append(f"{mapped.reused} of {len(found_files.files)} files' results taken from the state file "
+                     f"{options.state} (unchanged since they were checked), the rest read")
     if len(layouts) > 1:
         notes.append("several layouts: expectations no flag states come from each layout's own majority; the "
                      f"ones shown are for {shown_layout.value}")

@@ -61,6 +61,11 @@ def configure(options: Mapping[str, Any]) -> None:
     _options.update(options)
 
 
+def configured() -> dict[str, Any]:
+    """The storage options ``configure`` set: what a worker process is given, to read URLs as this process does."""
+    return dict(_options)
+
+
 def parse_option(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` of ``--storage-option``: the value as JSON when it reads as JSON (``true``, ``3``,
     ``{"region_name": "x"}``), else as text."""

@@ -1,0 +1,201 @@
+"""``--jobs N``: the per-file step (``compat.gate.filestep``) in worker processes, batch by batch.
+
+Workers are started with ``spawn`` (a fresh interpreter: never a ``fork`` of a process that may hold torch's
+threads), each with the run's ``ReadHints``; each gets one batch at a time through its own pipe and answers with
+the batch's results, pickled whole (``pickle.dumps``: a tensor travels inline, not as a shared-memory handle).
+A worker keeps nothing between batches but the bounded header memo (``read.safetensors_header``: at most 4,096
+small headers), so its memory is bounded by the largest file of a batch, not by the run.
+
+A worker that dies (killed, out of memory, a crash in a library) loses no file and counts none twice: the parent
+knows which batch each worker holds; the batch is given again, one file at a time, to fresh workers, and a file
+that ends a worker a second time is that file's finding (``CRASHED``), the run goes on.
+
+Test hook, read only by workers: ``COMPAT_GATE_TEST_EXIT=NAME`` makes a worker exit at once (``os._exit``) when it
+is about to check a file named ``NAME``; with ``COMPAT_GATE_TEST_EXIT_MARKER=PATH`` only the first time (the
+worker that creates ``PATH`` exits).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import signal
+from collections import deque
+from collections.abc import Callable
+from multiprocessing import connection, get_context
+
+from compat.gate.filestep import FileResult, ReadHints, check_file
+from compat.gate.read.files import file_size
+from compat.gate.read.source import configure as configure_storage
+from compat.gate.read.source import configured as configured_storage
+from compat.gate.read.views import FailureKind, FileView, ReadFailure
+
+Batch = list[tuple[int, str, bool]]
+"""Files of a batch: (position in the run's file list, path, listed as a regular file)."""
+Done = Callable[[Batch, list[FileResult]], None]
+
+CRASHED = "WorkerCrashed"
+"""The error type of a file that ended a worker process twice."""
+TEST_EXIT = "COMPAT_GATE_TEST_EXIT"
+TEST_EXIT_MARKER = "COMPAT_GATE_TEST_EXIT_MARKER"
+_TEST_EXIT_STATUS = 86
+
+
+def _serve(conn, hints: ReadHints, threads: int, storage: dict) -> None:
+    """A worker: check each batch it is sent, send back the results, until told to stop (None). ``storage``: the
+    parent's storage options (a spawned process starts without them; they are not in ``hints``, which a state file
+    records, as they may hold secrets)."""
+    configure_storage(storage)
+    # Its share of the cores for torch's own threads (read when torch is first imported, by --values): N workers
+    # each running as many threads as there are cores would make every one of them wait for the others.
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, str(threads))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
+    gc.disable()  # as in the gate's own process: the per-file step makes no reference cycles
+    exit_on = os.environ.get(TEST_EXIT)
+    conn.send_bytes(b"")  # started
+    while True:
+        try:
+            batch = conn.recv()
+        except EOFError:  # the parent is gone
+            return
+        if batch is None:
+            return
+        results = []
+        for _, path, regular in batch:
+            if exit_on and os.path.basename(path) == exit_on and _first_exit():
+                os._exit(_TEST_EXIT_STATUS)
+            results.append(check_file(path, regular, hints))
+        conn.send_bytes(pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _first_exit() -> bool:
+    marker = os.environ.get(TEST_EXIT_MARKER)
+    if not marker:
+        return True
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+class _Worker:
+    def __init__(self, ctx, hints: ReadHints, threads: int) -> None:
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(child, hints, threads, configured_storage()), daemon=True,
+                                   name="compat-gate-worker")
+        self.process.start()
+        child.close()
+        self.started = False
+        """It said it is ready (a worker that dies before is one that cannot start: no file's fault)."""
+        self.held: tuple[Batch, int] | None = None
+        """The batch it is checking, and how many workers that batch has ended before."""
+
+    def give(self, held: tuple[Batch, int]) -> None:
+        self.held = held
+        self.conn.send(held[0])
+
+    def answer(self) -> tuple[list[FileResult] | None, bool]:
+        """The held batch's results (None: not yet), and whether the worker died instead."""
+        alive = self.process.is_alive()  # first: what a dead worker sent is all in the pipe by then
+        try:
+            while self.conn.poll():
+                data = self.conn.recv_bytes()
+                if data:
+                    return pickle.loads(data), False
+                self.started = True
+        except (EOFError, OSError):
+            return None, True
+        return None, not alive
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            if self.held is None:
+                try:
+                    self.conn.send(None)
+                except OSError:
+                    pass
+                self.process.join(5)
+            if self.process.is_alive():
+                self.process.terminate()
+        self.process.join()
+        self.conn.close()
+
+
+class _CannotStart(Exception):
+    pass
+
+
+def run_batches(batches: list[Batch], hints: ReadHints, jobs: int, done: Done) -> str | None:
+    """Check every batch in up to ``jobs`` worker processes; ``done(batch, results)`` once per batch (a batch a
+    worker died on comes back as single files). Where workers cannot start at all (say, a script that starts
+    the gate on import, without ``if __name__ == "__main__"``), the rest is checked in this process, and the
+    note returned says why."""
+    queue: deque[tuple[Batch, int]] = deque((b, 0) for b in batches)
+    try:
+        _run(queue, hints, max(1, min(jobs, len(batches))), done)
+    except _CannotStart as exc:
+        for batch, _ in queue:
+            done(batch, [check_file(path, listed, hints) for _, path, listed in batch])
+        return f"worker processes could not start ({exc}): the files were read in this process"
+    return None
+
+
+def _run(queue: deque[tuple[Batch, int]], hints: ReadHints, most: int, done: Done) -> None:
+    ctx = get_context("spawn")
+    threads = max(1, (os.cpu_count() or 1) // most)
+    workers: list[_Worker] = []
+    try:
+        while queue or workers:
+            while queue and len(workers) < most:
+                workers.append(_Worker(ctx, hints, threads))
+            for w in list(workers):
+                if w.held is None and queue:
+                    w.give(queue.popleft())
+                elif w.held is None:  # nothing left for it
+                    w.stop()
+                    workers.remove(w)
+            if not workers:
+                break
+            ready = set(connection.wait([w.conn for w in workers] + [w.process.sentinel for w in workers]))
+            for w in list(workers):
+                if w.conn not in ready and w.process.sentinel not in ready:
+                    continue
+                assert w.held is not None
+                batch, ended = w.held
+                results, dead = w.answer()
+                if results is not None:
+                    w.held = None
+                    done(batch, results)
+                    continue
+                if not dead:
+                    continue  # it said it started
+                w.held = None
+                w.stop()
+                workers.remove(w)  # another is started while work is left
+                reason = _ended(w.process.exitcode)
+                if not w.started:
+                    queue.extendleft([(batch, ended)] + [x.held for x in workers if x.held is not None])
+                    raise _CannotStart(reason)
+                if ended == 0:  # once more, one file at a time: only the file that ends a worker is its finding
+                    queue.extendleft(([item], 1) for item in reversed(batch))
+                else:
+                    done(batch, [_crashed(path, reason) for _, path, _ in batch])
+    finally:
+        for w in workers:
+            w.stop()
+def _ended(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _crashed(path: str, reason: str) -> FileResult:
+    return FileResult(FileView(path, file_size(path), failure=ReadFailure(
+        FailureKind.UNREADABLE, f"checking this file ended the gate's worker process twice ({reason}): not "
+        "checked", CRASHED, fix="run the gate on this file alone with --jobs 1 to see how reading it fails")))
