@@ -14,6 +14,7 @@ from pathlib import Path
 from compat.cli import JsonErrors, emit, guarded
 from compat.errors import CompatError
 from compat.gate.options import GateOptions
+from compat.gate.raytasks import address
 from compat.gate.read.layouts import Layout
 from compat.gate.read.source import is_url, parse_option
 from compat.gate.recompute import NUMBERINGS
@@ -40,6 +41,13 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def _path_or_url(text: str) -> Path | str:
     return text if is_url(text) else Path(text)
+
+
+def _ray_address(text: str) -> str:
+    try:
+        return address(text)
+    except CompatError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -85,6 +93,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                    help="processes that read the files (default: the machine's cores, here %(default)s); 1 reads "
                         "them in this process. A run too small to repay starting them reads in this process")
+    p.add_argument("--ray", nargs="?", const="", type=_ray_address, metavar="ADDRESS",
+                   help="read the files as tasks on a Ray cluster (pip install 'vllm-compat[ray]'): auto, host:port, "
+                        "ray://host:port; alone (after the paths), RAY_ADDRESS or else a local cluster. --jobs does "
+                        "not apply")
     p.add_argument("--state", type=Path, metavar="FILE",
                    help="record each checked file in FILE (JSON lines); a rerun takes the results of files unchanged "
                         "since (same size and modification time) from it and reads only the rest")
@@ -120,7 +132,7 @@ def options_from(args: argparse.Namespace) -> GateOptions:
         reference_device=_choice(args.reference_device, ("cpu", "cuda", "auto"), "--reference-device"),
         layer_numbering=_choice(args.layer_numbering, NUMBERINGS, "--layer-numbering"), max_rel=args.max_rel,
         min_cos=args.min_cos, ignore=frozenset(args.ignore), strict=args.strict,
-        storage_options=tuple(args.storage_option), jobs=args.jobs, state=args.state)
+        storage_options=tuple(args.storage_option), jobs=args.jobs, state=args.state, ray=args.ray)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,21 +1,24 @@
 """The map of the gate's map and reduce: the per-file step (``compat.gate.filestep``) over every file of a run,
-in batches, in this process (``--jobs 1``) or in worker processes (``compat.gate.workers``), with the files a
-state file (``--state``, ``compat.gate.state``) recorded as unchanged taken from it instead of read. The results
-come back in the run's file order whatever order the batches finished in, so the dataset step
-(``compat.gate.runner``) sees the same list however the files were read.
+in batches, in this process (``--jobs 1``), in worker processes (``compat.gate.workers``) or as tasks on a Ray
+cluster (``--ray``, ``compat.gate.raytasks``), with the files a state file (``--state``, ``compat.gate.state``)
+recorded as unchanged taken from it instead of read. The results come back in the run's file order whatever
+order the batches finished in, so the dataset step (``compat.gate.runner``) sees the same list however the files
+were read.
 
 Batches amortise what a worker costs per task (a tiny file is read in 20 to 90 µs): a batch closes at
 ``MAX_BATCH_FILES`` files or, where file sizes are known (``--values``, ``--state``), ``MAX_BATCH_BYTES``, and a
 run is cut into at least eight batches per worker so the workers finish together. Workers are started only as far
 as the work repays their start (``WORKER_START_SECONDS`` each, and torch's import with ``--values``, against
 the reading ``_estimate`` expects): a small run
-reads in this process whatever ``--jobs`` says.
+reads in this process whatever ``--jobs`` says. ``--ray`` sends every run to its cluster, cut for the cluster's
+CPUs (the user chose the cluster; its workers are started already).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,18 +55,29 @@ class Mapped:
 
 
 def map_files(files: list[str], regular: frozenset[str], hints: ReadHints, jobs: int = 1,
-              state_path: Path | None = None, progress: Progress | None = None) -> Mapped:
-    """Every file's ``FileResult``; ``progress(done, total)`` after each batch."""
-    state = StateFile.open(state_path, hints) if state_path is not None else None
-    try:
-        return _map(files, regular, hints, jobs, state, progress)
-    finally:
-        if state is not None:
-            state.close()
+              state_path: Path | None = None, progress: Progress | None = None, ray: str | None = None) -> Mapped:
+    """Every file's ``FileResult``; ``progress(done, total)`` after each batch. ``ray``: read as tasks on that
+    Ray cluster (``""``: Ray's default; ``compat.gate.raytasks``), ``jobs`` aside."""
+    with _cluster(ray) as cpus:
+        state = StateFile.open(state_path, hints) if state_path is not None else None
+        try:
+            return _map(files, regular, hints, jobs, state, progress, cpus)
+        finally:
+            if state is not None:
+                state.close()
+
+
+def _cluster(ray: str | None):
+    """Connected to the Ray cluster ``ray`` for the run (its CPUs), or not (None)."""
+    if ray is None:
+        return nullcontext(None)
+    from compat.gate.raytasks import cluster
+
+    return cluster(ray)
 
 
 def _map(files: list[str], regular: frozenset[str], hints: ReadHints, jobs: int, state: StateFile | None,
-         progress: Progress | None) -> Mapped:
+         progress: Progress | None, cpus: int | None) -> Mapped:
     stamps: list[Stamp | None] = [stamp(p) for p in files] if state is not None else []
     reused = state.start(files, stamps) if state is not None else {}
     results: list[FileResult | None] = [reused.get(i) for i in range(len(files))]
@@ -73,7 +87,7 @@ def _map(files: list[str], regular: frozenset[str], hints: ReadHints, jobs: int,
         sizes = [s[0] if s else 0 for s in stamps]
     elif hints.values:
         sizes = [file_size(p) for p in files]
-    workers = _workers(jobs, todo, sizes, hints)
+    workers = cpus if cpus is not None else _workers(jobs, todo, sizes, hints)
     finished = len(files) - len(todo)
     if progress is not None and finished:
         progress(finished, len(files))
@@ -91,7 +105,11 @@ def _map(files: list[str], regular: frozenset[str], hints: ReadHints, jobs: int,
 
     batches = _batches(todo, files, regular, sizes, workers)
     notes = list(state.notes) if state is not None else []
-    if workers > 1:
+    if cpus is not None:
+        from compat.gate.raytasks import run_tasks
+
+        run_tasks(batches, hints, cpus, done)
+    elif workers > 1:
         note = run_batches(batches, hints, workers, done)
         if note:
             notes.append(note)

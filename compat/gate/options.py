@@ -38,6 +38,9 @@ class GateOptions:
     neither this nor ``state`` is among the report's ``options``."""
     state: Path | None = None
     """``--state``: record each checked file there, and take unchanged files' results from it."""
+    ray: str | None = None
+    """``--ray [ADDRESS]``: read the files as tasks on this Ray cluster (``""``: Ray's default, ``RAY_ADDRESS`` or a
+    local one; ``compat.gate.raytasks``), ``jobs`` aside. Not in the report either."""
 
     def as_dict(self) -> dict[str, Any]:
         """The report's ``options`` (schema ``compat.gate/1``)."""

@@ -1,15 +1,16 @@
 """The gate's pipeline: find files, read them (the map), judge them phase by phase (the reduce), report.
 
     discover -> map: per file, read (compat.gate.read) [--values: value_stats]
-                     (compat.gate.mapstep: in this process or --jobs workers; --state keeps what is done)
+                     (compat.gate.mapstep: in this process, --jobs workers or --ray tasks; --state keeps
+                      what is done)
              -> reduce: expectations from each layout's majority, [--values: consistency], rules, phase by phase
                         -> [--reference: recompute, outliers first] -> the reference rule
              -> GateResult
 
 The map step's results (``FileResult``: a file's views and measured values) are all the reduce step reads of a
 file, and it takes them in the files' order however they were read, so a run's report is the same whatever
-``--jobs`` and whatever a state file supplied. Each phase's checks (``compat.gate.rules.checks``) run over that
-phase's subjects: reading faults and failures, sample headers, measured values, each sample's standing in its
+``--jobs``, ``--ray`` and whatever a state file supplied. Each phase's checks (``compat.gate.rules.checks``) run
+over that phase's subjects: reading faults and failures, sample headers, measured values, each sample's standing in its
 dataset, reference comparisons.
 ``run_gate(GateOptions(...))`` is the whole gate; ``compat.gate.cli`` only parses flags and renders. The gate
 opens data files read-only and never modifies, moves or deletes them.
@@ -212,7 +213,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     root, data_config = found_files.root, found_files.data_config
     exp, conflicts = _expectations(options, data_config)
     mapped = map_files(found_files.files, found_files.regular, _hints(options, exp), options.jobs, options.state,
-                       progress)
+                       progress, options.ray)
     views = [r.view for r in mapped.results]
     scanned = [(r.view.path, r.values) for r in mapped.results if r.values is not None]
     views += [FileView(link, 0, failure=ReadFailure(

@@ -64,10 +64,16 @@ def _serve(conn, hints: ReadHints, threads: int, storage: dict) -> None:
             return
         results = []
         for _, path, regular in batch:
-            if exit_on and os.path.basename(path) == exit_on and _first_exit():
-                os._exit(_TEST_EXIT_STATUS)
+            exit_if_asked(path, exit_on)
             results.append(check_file(path, regular, hints))
         conn.send_bytes(pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def exit_if_asked(path: str, exit_on: str | None) -> None:
+    """The test hook: end this process at once when about to check a file named ``exit_on``
+    (``COMPAT_GATE_TEST_EXIT``, read once by the caller)."""
+    if exit_on and os.path.basename(path) == exit_on and _first_exit():
+        os._exit(_TEST_EXIT_STATUS)
 
 
 def _first_exit() -> bool:
@@ -182,10 +188,12 @@ def _run(queue: deque[tuple[Batch, int]], hints: ReadHints, most: int, done: Don
                 if ended == 0:  # once more, one file at a time: only the file that ends a worker is its finding
                     queue.extendleft(([item], 1) for item in reversed(batch))
                 else:
-                    done(batch, [_crashed(path, reason) for _, path, _ in batch])
+                    done(batch, [crashed(path, reason) for _, path, _ in batch])
     finally:
         for w in workers:
             w.stop()
+
+
 def _ended(code: int | None) -> str:
     if code is not None and code < 0:
         try:
@@ -195,7 +203,8 @@ def _ended(code: int | None) -> str:
     return f"exit status {code}"
 
 
-def _crashed(path: str, reason: str) -> FileResult:
+def crashed(path: str, reason: str) -> FileResult:
+    """The result of a file that ended a worker twice, checked alone (``reason``: how the second one ended)."""
     return FileResult(FileView(path, file_size(path), failure=ReadFailure(
         FailureKind.UNREADABLE, f"checking this file ended the gate's worker process twice ({reason}): not "
         "checked", CRASHED, fix="run the gate on this file alone with --jobs 1 to see how reading it fails")))
