@@ -21,6 +21,9 @@ import pytest
 torch = pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
 
+# A local cluster starts in 7 to 9 s and the module takes about 75 s: beyond the offline layer's 2 minutes.
+pytestmark = pytest.mark.slow
+
 from compat.gate import GateOptions, mapstep, raytasks  # noqa: E402
 from compat.gate.cli import main  # noqa: E402
 from compat.gate.workers import CRASHED, TEST_EXIT, TEST_EXIT_MARKER  # noqa: E402
