@@ -57,15 +57,15 @@ SAMPLES = [
            head=40),
     Sample("upgrade", "python -m compat.audit --baseline 0.11.0 --vllm 0.17.0 --no-reports", ("network",),
            head=24),
-    Sample("fix", "python -m compat.fix --vllm '>=0.11.0' --apply patched", ("network",), head=8, tail=2),
-    Sample("fix-full", "python -m compat.fix --vllm '>=0.11.0' --apply patched", ("network",)),
+    Sample("fix", "python -m compat.fix --vllm '>=0.30,<0.34' --apply patched", ("network",), head=8, tail=2),
+    Sample("fix-full", "python -m compat.fix --vllm '>=0.30,<0.34' --apply patched", ("network",)),
     Sample("extract", "python -m compat.extract --patched patched --check --dtype float32 --out run",
            ("network", "vllm"), after="fix", keep=r"^(compat\.extract|  gate|  check)"),
     Sample("gate", "python -m compat.gate run/main --values", ("vllm",), after="extract"),
     Sample("gate-seed", "python -m compat.gate seed --model models/llama", ("torch",),
            setup="python -m tests.seed_dataset ."),
-    Sample("matrix", "python -m compat.matrix --vllm '>=0.30'", ("network",), head=18),
-    Sample("matrix-full", "python -m compat.matrix --vllm '>=0.30'", ("network",)),
+    Sample("matrix", "python -m compat.matrix --vllm '>=0.30,<0.34'", ("network",), head=18),
+    Sample("matrix-full", "python -m compat.matrix --vllm '>=0.30,<0.34'", ("network",)),
     Sample("bisect", "python -m compat.bisect --good 0.11.0 --bad 0.18.0 --touchpoint "
            "'call|vllm.v1.request.Request|speculators/data_generation/vllm_hidden_states_generator.py:234'",
            ("network",)),
@@ -156,6 +156,23 @@ def current_block(path: Path, name: str) -> list[str]:
     return text.split("\n")[start:end]
 
 
+def run_sample(name: str, workdir: Path) -> list[str]:
+    """Sample ``name``'s block as its command prints it now, run in ``workdir`` (which holds what it reads)."""
+    return shown(BY_NAME[name], workdir, {})
+
+
+def differences(name: str, lines: list[str], shown_in: dict[str, list[Path]] | None = None) -> list[str]:
+    """Each block showing sample ``name`` that differs from ``lines`` (digits masked), as a short diff."""
+    found = []
+    for path in (shown_in or where_shown()).get(name, []):
+        old = masked(current_block(path, name))
+        if old != masked(lines):
+            diff = list(difflib.unified_diff(old, masked(lines), "shown", "printed now", lineterm="", n=0))
+            found.append(f"{path.relative_to(ROOT)}: sample {name}\n    "
+                         + "\n    ".join(diff[2:14] + (["..."] if len(diff) > 14 else [])))
+    return found
+
+
 def order(names: list[str]) -> list[Sample]:
     """The samples asked for, each after the sample whose files it reads."""
     chosen: list[Sample] = []
@@ -197,14 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         for sample in order(args.names or list(BY_NAME)):
             print(f"docs_samples: {sample.name}: $ {sample.command}", file=sys.stderr, flush=True)
             new = shown(sample, workdir, ran)
-            for path in shown_in.get(sample.name, []):
-                if args.check:
-                    old = masked(current_block(path, sample.name))
-                    if old != masked(new):
-                        diff = list(difflib.unified_diff(old, masked(new), "shown", "printed now", lineterm="", n=0))
-                        differ.append(f"{path.relative_to(ROOT)}: sample {sample.name}\n    "
-                                      + "\n    ".join(diff[2:14] + (["..."] if len(diff) > 14 else [])))
-                else:
+            if args.check:
+                differ += differences(sample.name, new, shown_in)
+            else:
+                for path in shown_in.get(sample.name, []):
                     write_block(path, sample.name, new)
     if differ:
         print("docs_samples: these blocks differ from what the tools print now (scripts/docs_samples.py "
