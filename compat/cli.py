@@ -20,7 +20,6 @@ from compat.cache import atomic_write_text
 from compat.errors import CompatError
 from compat.report import Format, Reportable, View, render
 from compat.report.escaping import escaped
-from compat.syntax import collector_paused
 
 
 @dataclass(frozen=True)
@@ -99,9 +98,9 @@ def exit_after(main: Callable[[], int]) -> NoReturn:
     the end, and what the command built is frozen first (``gc.freeze``): turning the collector back on, and the
     interpreter's last collection, would each walk the trees of a cold audit again (0.6 s apiece) only to free
     memory that the exit frees anyway."""
-    with collector_paused():
-        code = main()
-        gc.freeze()
+    gc.disable()  # the pauses inside find it off: they leave it off, and collect nothing
+    code = main()
+    gc.freeze()
     sys.exit(code)
 
 

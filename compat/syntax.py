@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -34,14 +35,21 @@ def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while parse trees are built and read (back on, if it was, when the
     last of nested or concurrent users leaves). A cold audit parses some 160 modules of two builds into about
     900,000 objects that live until it ends; the collector walks every one of them each time their number grows
-    by a quarter: 8 full passes, 2.5 s of a 7 s audit, freeing little. What does form cycles is collected once, when
-    the last user leaves: without that, the matrix over 35 builds from an empty memo peaked at 3.5 GB (217 MB before
-    the pause; 441 MB with the collection, over 5 builds)."""
+    by a quarter: 8 full passes, 2.5 s of a 7 s audit, freeing little. What does form cycles (a build's surface and
+    its readers hold each other, and its parse trees) is collected once, when the last user leaves: without that,
+    the matrix over 35 builds from an empty memo peaked at 3.5 GB (217 MB before the pause; 441 MB with the
+    collection, over 5 builds). That collection looks only at what was made inside: what lived before is frozen
+    (``gc.freeze``) on entry and put back after it. A full collection of the whole heap, which would walk everything
+    a long process holds (a test session's many builds: 30 s a collection, were it once per audit), follows only
+    when the process has grown by half since the last one (what an audit drops after leaving, a matrix's build
+    opened before it, is freed then): its cost stays in proportion to what was allocated."""
     global _pausing, _was_enabled
     with _paused:
         if _pausing == 0:
             _was_enabled = gc.isenabled()
             gc.disable()
+            if _was_enabled:
+                gc.freeze()
         _pausing += 1
     try:
         yield
@@ -49,8 +57,37 @@ def collector_paused() -> Iterator[None]:
         with _paused:
             _pausing -= 1
             if _pausing == 0 and _was_enabled:
+                gc.collect()  # what the pause made and dropped: a matrix's 35 audits would otherwise pile it up
+                gc.unfreeze()
+                _collect_if_grown()
                 gc.enable()
-                gc.collect()  # what the pause kept: a matrix's 35 audits would otherwise pile up cyclic garbage
+
+
+_GROWTH = 1.5
+_after_full = 0
+"""The process's resident bytes after the last full collection (0: none yet)."""
+
+
+def _collect_if_grown() -> None:
+    """A full collection where the process has grown by ``_GROWTH`` since the last (always where its resident size
+    cannot be read)."""
+    global _after_full
+    size = _resident()
+    if size is None or size >= _GROWTH * _after_full:
+        gc.collect()
+        _after_full = _resident() or 0
+
+
+def _resident() -> int | None:
+    """This process's resident set in bytes (Linux's ``/proc``), or None."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def module_name(root: Path, path: Path) -> str:

@@ -44,6 +44,45 @@ def test_the_collector_is_paused_inside_and_restored_by_the_last_to_leave():
         (gc.enable if was else gc.disable)()
 
 
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a cycle: only the collector frees it
+
+
+def test_leaving_collects_what_was_made_inside_and_leaves_what_lived_before_unwalked(monkeypatch):
+    """The last to leave collects the cyclic garbage made inside, with what lived before frozen (not walked); a
+    full collection follows only once the process has grown by half since the last one."""
+    import weakref
+
+    from compat import syntax
+
+    was = gc.isenabled()
+    full = []
+
+    def count(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            full.append(gc.get_freeze_count())
+
+    gc.callbacks.append(count)
+    try:
+        gc.enable()
+        monkeypatch.setattr(syntax, "_after_full", 1000)
+        monkeypatch.setattr(syntax, "_resident", lambda: 1400)  # grown by less than half
+        with collector_paused():
+            assert gc.get_freeze_count() > 0  # what lived before: out of the collector's sight
+            made = weakref.ref(_Node())
+            assert made() is not None
+        assert made() is None and gc.get_freeze_count() == 0
+        assert len(full) == 1 and full[0] > 0  # one collection, the frozen heap aside
+        monkeypatch.setattr(syntax, "_resident", lambda: 1600)  # grown by more than half: the whole heap too
+        with collector_paused():
+            pass
+        assert len(full) == 3 and full[2] == 0 and syntax._after_full == 1600
+    finally:
+        gc.callbacks.remove(count)
+        (gc.enable if was else gc.disable)()
+
+
 def test_concurrent_users_turn_the_collector_back_on_only_when_all_left():
     was = gc.isenabled()
     gc.enable()
