@@ -15,13 +15,13 @@ reads in this process whatever ``--jobs`` says.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from compat.gate.filestep import FileResult, ReadHints, check_file
-from compat.gate.read.files import file_size
-from compat.gate.state import Stamp, StateFile, stamp
+from compat.gate.state import Stamp, StateFile
+from compat.gate.state import stamps as file_stamps
 from compat.gate.workers import CRASHED, Batch, run_batches
 
 Progress = Callable[[int, int], None]
@@ -52,27 +52,25 @@ class Mapped:
 
 
 def map_files(files: list[str], regular: frozenset[str], hints: ReadHints, jobs: int = 1,
-              state_path: Path | None = None, progress: Progress | None = None) -> Mapped:
-    """Every file's ``FileResult``; ``progress(done, total)`` after each batch."""
+              state_path: Path | None = None, progress: Progress | None = None,
+              listed: Mapping[str, Stamp] | None = None) -> Mapped:
+    """Every file's ``FileResult``; ``progress(done, total)`` after each batch. ``listed``: the stamps of files
+    named by URL, from their listing (``Discovered.stamps``)."""
     state = StateFile.open(state_path, hints) if state_path is not None else None
     try:
-        return _map(files, regular, hints, jobs, state, progress)
+        return _map(files, regular, hints, jobs, state, progress, listed)
     finally:
         if state is not None:
             state.close()
 
 
 def _map(files: list[str], regular: frozenset[str], hints: ReadHints, jobs: int, state: StateFile | None,
-         progress: Progress | None) -> Mapped:
-    stamps: list[Stamp | None] = [stamp(p) for p in files] if state is not None else []
+         progress: Progress | None, listed: Mapping[str, Stamp] | None = None) -> Mapped:
+    stamps = file_stamps(files, listed) if state is not None or hints.values else []
     reused = state.start(files, stamps) if state is not None else {}
     results: list[FileResult | None] = [reused.get(i) for i in range(len(files))]
     todo = [i for i in range(len(files)) if i not in reused]
-    sizes = None
-    if state is not None:
-        sizes = [s[0] if s else 0 for s in stamps]
-    elif hints.values:
-        sizes = [file_size(p) for p in files]
+    sizes = [s[0] if s else 0 for s in stamps] if stamps else None
     workers = _workers(jobs, todo, sizes, hints)
     finished = len(files) - len(todo)
     if progress is not None and finished:
