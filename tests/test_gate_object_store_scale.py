@@ -156,9 +156,9 @@ def test_a_memory_url_is_recorded_by_size_and_time_and_read_again_when_rewritten
 
 
 def test_listed_stamps_prefer_the_etag_then_a_time_of_any_shape():
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
-    when = datetime(2026, 12, 2, 10, 35, 12, 777632, tzinfo=timezone.utc)
+    when = datetime(2026, 12, 2, 10, 35, 12, 777632, tzinfo=UTC)
     assert source.listed_stamp({"size": 5, "ETag": '"abc"', "LastModified": when}) == (5, 0, '"abc"')
     assert source.listed_stamp({"size": 5, "etag": "x", "updated": "2026-12-02T10:35:12Z"}) == (5, 0, "x")
     as_float = source.listed_stamp({"size": 5, "created": when.timestamp()})

@@ -10,13 +10,13 @@ and every other line is one checked file::
 
 A file whose stamp (size and modification time; for a file named by URL, size and ETag, or size and modification
 time where its filesystem keeps no ETag, as its listing gave them: ``source.listed_stamp``) is the one recorded is
-not read again: its recorded result stands for it. When a run starts, the file is left with those records alone (the records
-of files changed, gone or unreadable dropped, atomically), so it holds one line per file. Only regular files
-(and files named by URL whose listing gave a stamp) are recorded, and only after they were checked. A state written by another version of the gate or with other
-``ReadHints`` (``--layout``, the expected hidden size or layer count, ``--values``, a known vocabulary) is
-refused (``CompatError``: the results it holds are not what this run would find); a line that cannot be read
-(the last one, cut short when a run was killed while writing it) is left out with a note, and its file is read
-again.
+not read again: its recorded result stands for it. When a run starts, the file is left with those records alone
+(the records of files changed, gone or unreadable dropped, atomically), so it holds one line per file. Only
+regular files (and files named by URL whose listing gave a stamp) are recorded, and only after they were checked.
+A state written by another version of the gate or with other ``ReadHints`` (``--layout``, the expected hidden
+size or layer count, ``--values``, a known vocabulary) is refused (``CompatError``: the results it holds are not
+what this run would find); a line that cannot be read (the last one, cut short when a run was killed while
+writing it) is left out with a note, and its file is read again.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import IO, Any
 
 from compat import __version__

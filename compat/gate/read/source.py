@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from compat.errors import CompatError
@@ -41,7 +41,7 @@ MAX_TEXT = 16 << 20
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs")}
 _MICROSECOND = timedelta(microseconds=1)
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError,
               NotImplementedError, KeyError)
 """Failures a retry cannot mend: a file gone or refused, a call the filesystem does not take."""
@@ -240,7 +240,7 @@ def _microseconds(value: Any) -> int | None:
             return None
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return (value - _EPOCH) // _MICROSECOND
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
         return round(value * 1e6)
