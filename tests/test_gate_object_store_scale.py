@@ -18,6 +18,7 @@ pytest.importorskip("moto.server")
 
 from compat.gate import mapstep  # noqa: E402
 from compat.gate.discover import discover  # noqa: E402
+from compat.gate.filestep import ReadHints, check_file  # noqa: E402
 from compat.gate.options import GateOptions  # noqa: E402
 from compat.gate.read import source  # noqa: E402
 from compat.gate.runner import run_gate  # noqa: E402
@@ -165,6 +166,26 @@ def test_listed_stamps_prefer_the_etag_then_a_time_of_any_shape():
     assert as_float == source.listed_stamp({"size": 5, "created": when}) == (5, 1796207712777632000, None)
     assert source.listed_stamp({"size": 5, "updated": "2026-12-02T10:35:12.777632+00:00"}) == as_float
     assert source.listed_stamp({"size": 5}) is None and source.listed_stamp({"size": 5, "mtime": "soon"}) is None
+
+
+def test_a_worker_looks_a_file_up_once_however_often_its_readers_open_it(s3, tmp_path):
+    """A worker process has no listing cached: each file costs one lookup (a HEAD), not one per reader (header,
+    zip directory, values)."""
+    write_speculators(tmp_path / "data_0.pt", torch.arange(16), layered(16, H, 4))
+    write_vllm(tmp_path / "hs_0.safetensors", torch.arange(16), layered(16, H, 4))
+    url = s3.upload(tmp_path, "lookups", "ds")
+    proxy = Proxy(s3.endpoint)  # a new endpoint: a filesystem of its own, nothing cached
+    source.configure(dict(storage_options(proxy.endpoint)))
+    try:
+        for name in ("data_0.pt", "hs_0.safetensors"):
+            proxy.log.clear()
+            result = check_file(f"{url}/{name}", False, ReadHints(None, H, 4, values=True))
+            assert result.view.failure is None and result.values is not None and result.values.bytes_read > 0
+            heads = [path for method, path, _, _ in proxy.log if method == "HEAD"]
+            assert heads == [f"/lookups/ds/{name}"], proxy.log
+    finally:
+        source.configure({})
+        proxy.stop()
 
 
 @pytest.mark.parametrize("name", ["good", "hostile"])

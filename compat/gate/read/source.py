@@ -182,12 +182,34 @@ class RemoteFile:
         return bytes(data)
 
 
+_opened: dict[str, RemoteFile] | None = None
+
+
+@contextmanager
+def one_check() -> Iterator[None]:
+    """Within the block (one file's check: ``compat.gate.filestep``), ``open_remote`` of a URL opened before in
+    it gives the same ``RemoteFile``: its size looked up once, the blocks it kept shared. Reading a file's header,
+    its zip directory and its values opens it up to three times, and where the filesystem has no listing cached
+    (a worker process) each open was a request (S3: a ``HEAD``)."""
+    global _opened
+    outer, _opened = _opened, {} if _opened is None else _opened
+    try:
+        yield
+    finally:
+        _opened = outer
+
+
 def open_remote(url: str) -> RemoteFile:
     """``url`` opened for range reads; FileNotFoundError when it is not there, StorageError when the storage
     does not answer."""
+    if _opened is not None and url in _opened:
+        return _opened[url]
     fs, path = filesystem(url)
     info = retried(f"looking up {url}", fs.info, path)
-    return RemoteFile(url, fs, path, info)
+    remote = RemoteFile(url, fs, path, info)
+    if _opened is not None:
+        _opened[url] = remote
+    return remote
 
 
 def read_text(url: str) -> str:
