@@ -99,7 +99,8 @@ def parser() -> argparse.ArgumentParser:
                         "not apply")
     p.add_argument("--state", type=Path, metavar="FILE",
                    help="record each checked file in FILE (JSON lines); a rerun takes the results of files unchanged "
-                        "since (same size and modification time) from it and reads only the rest")
+                        "since (same size and modification time; by URL, size and ETag) from it and reads only the "
+                        "rest")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it is drawn only on a terminal)")
     p.add_argument("--list-rules", action="store_true", help="list the rules and exit")
     p.add_argument("--debug", action="store_true", help="show full tracebacks for internal errors")

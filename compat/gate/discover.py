@@ -84,6 +84,9 @@ class Discovered:
     """Directory links that lead back to a directory already walked: not followed, each reported."""
     regular: frozenset[str] = frozenset()
     """Files the directory listing says are regular files (not links): read without a ``stat`` first."""
+    stamps: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
+    """Files named by URL, each with what its listing says makes it unchanged (``source.listed_stamp``: size and
+    ETag, or size and modification time): what ``--state`` records them by, with no request of its own."""
 
 
 def discover(paths: tuple[Path | str, ...]) -> Discovered:
@@ -143,12 +146,15 @@ def _discover_urls(urls: list[str]) -> Discovered:
     files: list[str] = []
     configs: list[str] = []
     listed: set[str] = set()
+    stamps: dict[str, tuple[int, int, str | None]] = {}
     parents = []
     for url in urls:
         single, found = listing(url)
         if single:
             parents.append(url.rpartition("/")[0])
             (configs if url.rpartition("/")[2] == DATA_CONFIG else files).append(url)
+            if (stamp := found[""]) is not None:
+                stamps[url] = stamp
             continue
         top = url.rstrip("/")
         parents.append(top)
@@ -161,6 +167,8 @@ def _discover_urls(urls: list[str]) -> Discovered:
                 configs.append(f"{top}/{rel}")
             elif parts[-1].endswith(_SUFFIXES):
                 files.append(f"{top}/{rel}")
+                if (stamp := found[rel]) is not None:
+                    stamps[f"{top}/{rel}"] = stamp
     if not files:
         raise CompatError(f"no hidden-state files ({', '.join(sorted(DATA_SUFFIXES))}) under {', '.join(urls)}")
     files = sorted(set(files), key=natural_key)
@@ -168,7 +176,7 @@ def _discover_urls(urls: list[str]) -> Discovered:
         beside = f"{files[0].rpartition('/')[0]}/{DATA_CONFIG}"
         if beside in listed or (not listed and exists(beside)):
             configs.append(beside)
-    return Discovered(files, _common(parents), configs[0] if configs else None)
+    return Discovered(files, _common(parents), configs[0] if configs else None, stamps=stamps)
 
 
 def _common(urls: list[str]) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from compat.gate.read.files import read_file
 from compat.gate.read.layouts import Layout
+from compat.gate.read.source import is_url, one_check
 from compat.gate.read.views import FileView
 from compat.gate.value_stats import FileValues, scan_file
 
@@ -50,6 +51,13 @@ class FileResult:
 
 def check_file(path: str, listed_regular: bool, hints: ReadHints) -> FileResult:
     """Read ``path`` (and with ``hints.values`` measure it); never raises for a bad file."""
+    if "://" in path and is_url(path):
+        with one_check():  # a file named by URL is looked up once, however many times its readers open it
+            return _check(path, listed_regular, hints)
+    return _check(path, listed_regular, hints)
+
+
+def _check(path: str, listed_regular: bool, hints: ReadHints) -> FileResult:
     view = read_file(path, hints.layout, hints.hidden_size, hints.layers, listed_regular)
     if hints.values and view.failure is None:
         return FileResult(view, scan_file(view, hints.token_range))

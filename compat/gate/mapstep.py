@@ -17,14 +17,14 @@ CPUs (the user chose the cluster; its workers are started already).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from compat.gate.filestep import FileResult, ReadHints, check_file
-from compat.gate.read.files import file_size
-from compat.gate.state import Stamp, StateFile, stamp
+from compat.gate.state import Stamp, StateFile
+from compat.gate.state import stamps as file_stamps
 from compat.gate.workers import CRASHED, Batch, run_batches
 
 Progress = Callable[[int, int], None]
@@ -55,13 +55,15 @@ class Mapped:
 
 
 def map_files(files: list[str], regular: frozenset[str], hints: ReadHints, jobs: int = 1,
-              state_path: Path | None = None, progress: Progress | None = None, ray: str | None = None) -> Mapped:
+              state_path: Path | None = None, progress: Progress | None = None, ray: str | None = None,
+              listed: Mapping[str, Stamp] | None = None) -> Mapped:
     """Every file's ``FileResult``; ``progress(done, total)`` after each batch. ``ray``: read as tasks on that
-    Ray cluster (``""``: Ray's default; ``compat.gate.raytasks``), ``jobs`` aside."""
+    Ray cluster (``""``: Ray's default; ``compat.gate.raytasks``), ``jobs`` aside. ``listed``: the stamps of files
+    named by URL, from their listing (``Discovered.stamps``)."""
     with _cluster(ray) as cpus:
         state = StateFile.open(state_path, hints) if state_path is not None else None
         try:
-            return _map(files, regular, hints, jobs, state, progress, cpus)
+            return _map(files, regular, hints, jobs, state, progress, cpus, listed)
         finally:
             if state is not None:
                 state.close()
@@ -77,16 +79,12 @@ def _cluster(ray: str | None):
 
 
 def _map(files: list[str], regular: frozenset[str], hints: ReadHints, jobs: int, state: StateFile | None,
-         progress: Progress | None, cpus: int | None) -> Mapped:
-    stamps: list[Stamp | None] = [stamp(p) for p in files] if state is not None else []
+         progress: Progress | None, cpus: int | None, listed: Mapping[str, Stamp] | None = None) -> Mapped:
+    stamps = file_stamps(files, listed) if state is not None or hints.values else []
     reused = state.start(files, stamps) if state is not None else {}
     results: list[FileResult | None] = [reused.get(i) for i in range(len(files))]
     todo = [i for i in range(len(files)) if i not in reused]
-    sizes = None
-    if state is not None:
-        sizes = [s[0] if s else 0 for s in stamps]
-    elif hints.values:
-        sizes = [file_size(p) for p in files]
+    sizes = [s[0] if s else 0 for s in stamps] if stamps else None
     workers = cpus if cpus is not None else _workers(jobs, todo, sizes, hints)
     finished = len(files) - len(todo)
     if progress is not None and finished:

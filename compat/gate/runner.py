@@ -213,7 +213,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     root, data_config = found_files.root, found_files.data_config
     exp, conflicts = _expectations(options, data_config)
     mapped = map_files(found_files.files, found_files.regular, _hints(options, exp), options.jobs, options.state,
-                       progress, options.ray)
+                       progress, options.ray, found_files.stamps)
     views = [r.view for r in mapped.results]
     scanned = [(r.view.path, r.values) for r in mapped.results if r.values is not None]
     views += [FileView(link, 0, failure=ReadFailure(

@@ -6,16 +6,17 @@ A state file is JSON lines, appended to and flushed after every batch. The first
 
 and every other line is one checked file::
 
-    {"path": str, "size": int, "mtime_ns": int, "etag": null, "result": filejson.encode_result(...)}
+    {"path": str, "size": int, "mtime_ns": int, "etag": str | null, "result": filejson.encode_result(...)}
 
-A file whose size and modification time (``etag``: object storage's, later) are those recorded is not read again:
-its recorded result stands for it. When a run starts, the file is left with those records alone (the records
-of files changed, gone or unreadable dropped, atomically), so it holds one line per file. Only regular files
-are recorded, and only after they were checked. A state written by another version of the gate or with other
-``ReadHints`` (``--layout``, the expected hidden size or layer count, ``--values``, a known vocabulary) is
-refused (``CompatError``: the results it holds are not what this run would find); a line that cannot be read
-(the last one, cut short when a run was killed while writing it) is left out with a note, and its file is read
-again.
+A file whose stamp (size and modification time; for a file named by URL, size and ETag, or size and modification
+time where its filesystem keeps no ETag, as its listing gave them: ``source.listed_stamp``) is the one recorded is
+not read again: its recorded result stands for it. When a run starts, the file is left with those records alone
+(the records of files changed, gone or unreadable dropped, atomically), so it holds one line per file. Only
+regular files (and files named by URL whose listing gave a stamp) are recorded, and only after they were checked.
+A state written by another version of the gate or with other ``ReadHints`` (``--layout``, the expected hidden
+size or layer count, ``--values``, a known vocabulary) is refused (``CompatError``: the results it holds are not
+what this run would find); a line that cannot be read (the last one, cut short when a run was killed while
+writing it) is left out with a note, and its file is read again.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -31,11 +33,13 @@ from compat import __version__
 from compat.errors import CompatError
 from compat.gate.filejson import decode_result, encode_result
 from compat.gate.filestep import FileResult, ReadHints
+from compat.gate.read.source import is_url
 
 FORMAT = "compat.gate.state/1"
 
 Stamp = tuple[int, int, str | None]
-"""What says a file is unchanged: size, modification time in nanoseconds, ETag (object storage; None here)."""
+"""What says a file is unchanged: size, modification time in nanoseconds (0 where an ETag stands for it), ETag
+(object storage; None for local files)."""
 
 
 def stamp(path: str) -> Stamp | None:
@@ -45,6 +49,13 @@ def stamp(path: str) -> Stamp | None:
     except (OSError, ValueError):
         return None
     return (info.st_size, info.st_mtime_ns, None) if stat.S_ISREG(info.st_mode) else None
+
+
+def stamps(files: list[str], listed: Mapping[str, Stamp] | None = None) -> list[Stamp | None]:
+    """Each file's stamp: a local file's from ``stat``, one named by URL from its listing (``listed``, from
+    ``compat.gate.discover``: no request per file); None for a URL not there (it is not recorded)."""
+    listed = listed or {}
+    return [listed.get(p) if "://" in p and is_url(p) else stamp(p) for p in files]
 
 
 @dataclass

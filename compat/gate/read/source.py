@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from compat.errors import CompatError
@@ -39,6 +40,8 @@ MAX_TEXT = 16 << 20
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs")}
+_MICROSECOND = timedelta(microseconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError,
               NotImplementedError, KeyError)
 """Failures a retry cannot mend: a file gone or refused, a call the filesystem does not take."""
@@ -179,12 +182,34 @@ class RemoteFile:
         return bytes(data)
 
 
+_opened: dict[str, RemoteFile] | None = None
+
+
+@contextmanager
+def one_check() -> Iterator[None]:
+    """Within the block (one file's check: ``compat.gate.filestep``), ``open_remote`` of a URL opened before in
+    it gives the same ``RemoteFile``: its size looked up once, the blocks it kept shared. Reading a file's header,
+    its zip directory and its values opens it up to three times, and where the filesystem has no listing cached
+    (a worker process) each open was a request (S3: a ``HEAD``)."""
+    global _opened
+    outer, _opened = _opened, {} if _opened is None else _opened
+    try:
+        yield
+    finally:
+        _opened = outer
+
+
 def open_remote(url: str) -> RemoteFile:
     """``url`` opened for range reads; FileNotFoundError when it is not there, StorageError when the storage
     does not answer."""
+    if _opened is not None and url in _opened:
+        return _opened[url]
     fs, path = filesystem(url)
     info = retried(f"looking up {url}", fs.info, path)
-    return RemoteFile(url, fs, path, info)
+    remote = RemoteFile(url, fs, path, info)
+    if _opened is not None:
+        _opened[url] = remote
+    return remote
 
 
 def read_text(url: str) -> str:
@@ -211,9 +236,42 @@ def local_copy(url: str) -> Iterator[str]:
         os.unlink(name)
 
 
-def listing(url: str) -> tuple[bool, dict[str, int]]:
+def listed_stamp(info: Mapping[str, Any]) -> tuple[int, int, str | None] | None:
+    """What says a listed file is unchanged (``compat.gate.state``), from what its listing gave, no request of
+    its own: its size and ETag (S3, GCS, Azure: a digest of its bytes, the same in a listing and a ``HEAD``), or,
+    where the filesystem keeps no ETag (``memory://``, ``file://``), its size and modification time in
+    nanoseconds (to the microsecond: a listing may give a float where a lookup gives a datetime). None where it
+    keeps neither: such a file is never recorded."""
+    size = int(info.get("size") or 0)
+    etag = next((info[k] for k in ("ETag", "etag") if info.get(k)), None)
+    if etag is not None:
+        return size, 0, str(etag)
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        micros = _microseconds(info.get(key))
+        if micros is not None:
+            return size, micros * 1000, None
+    return None
+
+
+def _microseconds(value: Any) -> int | None:
+    """A time as a filesystem lists it (seconds since the epoch, a datetime, ISO text) in microseconds."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return (value - _EPOCH) // _MICROSECOND
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+        return round(value * 1e6)
+    return None
+
+
+def listing(url: str) -> tuple[bool, dict[str, tuple[int, int, str | None] | None]]:
     """Whether ``url`` names one file, and the files under it (itself when it is one): each path relative to
-    ``url`` (``""`` for the file itself) with its size. CompatError when nothing is there."""
+    ``url`` (``""`` for the file itself) with its ``listed_stamp``. CompatError when nothing is there."""
     fs, path = filesystem(url)
     fs.invalidate_cache(path)  # a listing kept from an earlier run in this process may be stale
     try:
@@ -223,13 +281,13 @@ def listing(url: str) -> tuple[bool, dict[str, int]]:
     except StorageError as exc:
         raise CompatError(f"{url}: {exc}") from None
     if info.get("type", "file") == "file":
-        return True, {"": int(info.get("size") or 0)}
+        return True, {"": listed_stamp(info)}
     try:
         found = retried(f"listing {url}", fs.find, path, detail=True)
     except StorageError as exc:
         raise CompatError(f"{url}: {exc}") from None
     top = path.rstrip("/") + "/"
-    return False, {name[len(top):]: int(entry.get("size") or 0) for name, entry in found.items()
+    return False, {name[len(top):]: listed_stamp(entry) for name, entry in found.items()
                    if name.startswith(top) and entry.get("type", "file") == "file"}
 
 
