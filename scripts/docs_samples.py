@@ -108,6 +108,9 @@ def _output(sample: Sample, workdir: Path) -> list[str]:
         tail = "\n".join(lines[-30:])
         raise SystemExit(f"sample {sample.name}: `{sample.command}` exited {done.returncode}:\n{tail}")
     home = str(Path.home())
+    cache = os.environ.get("COMPAT_CACHE_DIR")
+    if cache:  # shown as where it is by default: the samples do not depend on where a run keeps its cache
+        lines = [line.replace(cache.rstrip(os.sep), "~/.cache/compat") for line in lines]
     return [line.replace(str(workdir) + os.sep, "").replace(home + os.sep, "~" + os.sep) for line in lines]
 
 
@@ -137,7 +140,8 @@ def where_shown() -> dict[str, list[Path]]:
 
 
 def masked(lines: list[str]) -> list[str]:
-    return [re.sub(r"\d+", "N", line) for line in lines]
+    """Digits, and the units of sizes (a cache's size is KiB or GiB by what it holds), masked."""
+    return [re.sub(r"\b[KMGT]iB\b", "XiB", re.sub(r"\d+", "N", line)) for line in lines]
 
 
 def write_block(path: Path, name: str, new: list[str]) -> None:

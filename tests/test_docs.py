@@ -93,9 +93,18 @@ def test_each_sample_block_starts_with_its_command_and_holds_its_output():
             assert len(block) > 1, f"{page.name}: sample {name} holds no output (run scripts/docs_samples.py)"
 
 
-def test_check_mode_masks_digits_only(tmp_path):
+def test_check_mode_masks_digits_and_size_units_only(tmp_path):
     assert samples.masked(["took 2.5 s, 17 builds"]) == samples.masked(["took 31.0 s, 9 builds"])
     assert samples.masked(["17 broken"]) != samples.masked(["17 changed"])
+    assert samples.masked(["cache 3.5 MiB used"]) == samples.masked(["cache 812.0 KiB used"])
+    assert samples.masked(["cache 3.5 MiB used"]) != samples.masked(["cache 3.5 MiB kept"])
+
+
+def test_a_cache_kept_elsewhere_is_shown_where_it_is_by_default(tmp_path, monkeypatch):
+    """A run with ``COMPAT_CACHE_DIR`` set prints that directory; the samples show the default one."""
+    monkeypatch.setenv("COMPAT_CACHE_DIR", str(tmp_path / "cache"))
+    sample = samples.Sample("echo", f"python -c \"print('used in {tmp_path / 'cache'} (3 entries)')\"")
+    assert samples.shown(sample, tmp_path, {})[1:] == ["used in ~/.cache/compat (3 entries)"]
 
 
 def _check(*names: str) -> None:
