@@ -140,8 +140,9 @@ def where_shown() -> dict[str, list[Path]]:
 
 
 def masked(lines: list[str]) -> list[str]:
-    """Digits, and the units of sizes (a cache's size is KiB or GiB by what it holds), masked."""
-    return [re.sub(r"\b[KMGT]iB\b", "XiB", re.sub(r"\d+", "N", line)) for line in lines]
+    """Numbers (digits with the commas and points between them), and the units of sizes (a cache's size is KiB
+    or GiB by what it holds), masked."""
+    return [re.sub(r"\b[KMGT]iB\b", "XiB", re.sub(r"\d(?:[\d,.]*\d)?", "N", line)) for line in lines]
 
 
 def write_block(path: Path, name: str, new: list[str]) -> None:

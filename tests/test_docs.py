@@ -96,7 +96,8 @@ def test_each_sample_block_starts_with_its_command_and_holds_its_output():
 def test_check_mode_masks_digits_and_size_units_only(tmp_path):
     assert samples.masked(["took 2.5 s, 17 builds"]) == samples.masked(["took 31.0 s, 9 builds"])
     assert samples.masked(["17 broken"]) != samples.masked(["17 changed"])
-    assert samples.masked(["cache 3.5 MiB used"]) == samples.masked(["cache 812.0 KiB used"])
+    assert samples.masked(["cache 3.5 MiB (3,634,123 bytes)"]) == samples.masked(["cache 812.0 KiB (831,488 bytes)"])
+    assert samples.masked(["0.30.0-0.33.0 (4 builds), 3"]) == ["N-N (N builds), N"]
     assert samples.masked(["cache 3.5 MiB used"]) != samples.masked(["cache 3.5 MiB kept"])
 
 
