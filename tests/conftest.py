@@ -63,3 +63,11 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, python
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
     return subprocess.run([python or sys.executable, "-m", "compat.audit", *args], capture_output=True, text=True,
                           cwd=cwd, env=full_env, timeout=600)
+
+
+def pytest_collection_modifyitems(items):
+    """A test on an S3 server started on loopback (moto's, the ``s3`` fixture of the object-store tests) is
+    ``slow``: seconds a test, beyond the offline layer's two minutes."""
+    for item in items:
+        if "s3" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
