@@ -26,6 +26,7 @@ from compat.gate.runner import run_gate  # noqa: E402
 from .gate_files import layered, write_speculators, write_vllm  # noqa: E402
 from .object_store import Proxy, S3Server, storage_options  # noqa: E402
 from .test_gate_object_store import good_dataset, hostile_dataset, report, same  # noqa: E402
+from .test_gate_parallel import Interrupted, stop_after  # noqa: E402
 
 H = 64
 
@@ -50,17 +51,6 @@ def counted(monkeypatch):
     real = mapstep.check_file
     monkeypatch.setattr(mapstep, "check_file", lambda *a: read.append(a[0]) or real(*a))
     return read
-
-
-class Interrupted(Exception):
-    pass
-
-
-def _stop_after(files: int):
-    def progress(done: int, total: int) -> None:
-        if done >= files:
-            raise Interrupted
-    return progress
 
 
 def _records(state: Path) -> list[dict]:
@@ -92,7 +82,7 @@ def test_an_interrupted_run_over_s3_resumed_reads_only_the_rest_and_an_overwritt
     try:
         whole = report([url], values=True, storage_options=storage_options(proxy.endpoint))
         with pytest.raises(Interrupted):
-            run_gate(options, _stop_after(5))
+            run_gate(options, stop_after(5))
         recorded = _records(state)
         assert 0 < len(recorded) < 12, recorded  # the batches finished before the stop
         for record in recorded:  # each stamped by its listed ETag, as S3 itself gives it

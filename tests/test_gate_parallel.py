@@ -166,7 +166,8 @@ class Interrupted(Exception):
     pass
 
 
-def _stop_after(files: int):
+def stop_after(files: int):
+    """A progress callback that interrupts a run (``Interrupted``) once ``files`` files are done."""
     def progress(done: int, total: int) -> None:
         if done >= files:
             raise Interrupted
@@ -184,7 +185,7 @@ def test_an_interrupted_run_resumed_reads_only_the_rest(tmp_path, pool, monkeypa
     whole = report(GateOptions(paths=(root,), values=True))
     options = GateOptions(paths=(root,), values=True, jobs=jobs, state=state)
     with pytest.raises(Interrupted):
-        run_gate(options, _stop_after(9))
+        run_gate(options, stop_after(9))
     recorded = _records(state)
     assert 3 <= recorded <= 9, recorded  # the regular files of the batches finished before the stop
     header = json.loads(state.read_text().splitlines()[0])
