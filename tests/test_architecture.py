@@ -137,3 +137,21 @@ def test_no_code_imports_probes_or_fixers_by_their_top_level_names():
             found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names
                       if n.split(".")[0] in ("probes", "fixers")]
     assert not found, found
+
+
+@pytest.mark.parametrize("package", ["compat.probes", "compat.fixers"])
+def test_a_plug_in_module_is_named_for_what_it_registers(package):
+    """``probes/reply_shape.py`` registers ``reply-shape``: the module is the registered name (``-`` as ``_``), or
+    its plural where the singular is a Python keyword or reads as one (``imports``: ``import``)."""
+    import importlib
+    import pkgutil
+
+    registered = importlib.import_module(package)
+    attribute = "PROBE" if package.endswith("probes") else "FIXER"
+    wrong = []
+    for info in pkgutil.iter_modules(registered.__path__):
+        value = getattr(importlib.import_module(f"{package}.{info.name}"), attribute, None)
+        if value is not None and info.name not in {value.name.replace("-", "_"), value.name + "s",
+                                                   value.name.replace("-", "_") + "es"}:
+            wrong.append(f"{info.name}.py registers {value.name}")
+    assert not wrong, wrong
