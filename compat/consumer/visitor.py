@@ -1,7 +1,10 @@
-"""The walk over one consumer module: imports, guards, classes, functions, assignments (see ``compat.consumer.scan``).
+"""The walk over one consumer module: imports, guards, classes, functions, assignments, and the value of each
+expression in them (see ``compat.consumer.scan``).
 
 One walk returns a ``ModuleRecord``. The tree scan walks every module more than once, so that ``self.x``
 assigned in one method (or module) is known in all; each walk records afresh, and the last one counts.
+``ModuleVisitor`` is the walk: its state (scopes, guards in force, the enclosing classes), the statements and the
+expressions; what needs no state of the walk is a pure function of ``compat.consumer.nodes``.
 """
 
 from __future__ import annotations
@@ -9,13 +12,29 @@ from __future__ import annotations
 import ast
 import traceback
 
-from compat.consumer.expressions import ExpressionReader, is_class_like
+from compat.consumer.conditions import ConditionReader
 from compat.consumer.guards import GuardExpr, Imports, Not, involves_target
-from compat.consumer.index import ConsumerIndex, ConsumerModule
-from compat.consumer.model import ClassPatch, Fallback, Guard, Kind, Ref, Replacement, TouchPoint
-from compat.consumer.names import read_function
+from compat.consumer.index import ConsumerIndex, ConsumerModule, IndexedClass
+from compat.consumer.model import Alias, ClassPatch, Fallback, Guard, Kind, Ref, Replacement, ReplyUse, TouchPoint
+from compat.consumer.names import INDIRECT_CALLERS, Spread, binds_anywhere, literal_spread, read_function
+from compat.consumer.nodes import (
+    CONSTRUCTION,
+    RPC_METHODS,
+    TYPING_GENERICS,
+    annotation_target,
+    catches_by_name,
+    catches_import_error,
+    checked_attribute,
+    conjuncts,
+    is_class_like,
+    is_super,
+    last_name,
+    none_literal,
+    rpc_method,
+)
 from compat.consumer.record import ForwardReplacement, ModuleRecord
 from compat.consumer.values import (
+    UNTYPED,
     ClassAttributes,
     Either,
     Lit,
@@ -28,34 +47,9 @@ from compat.consumer.values import (
     Value,
     VersionValue,
 )
-from compat.syntax import absolute_module, called_name, from_def, is_type_checking
-
-_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
-
-
-_TYPING_GENERICS = frozenset({"Generic", "Protocol", "Type", "type", "Optional", "Union", "List", "Dict", "Tuple",
-                              "Sequence", "Mapping", "Iterable", "Callable"})
-
-
-def _conjuncts(test: ast.expr) -> list[ast.expr]:
-    """``a and b and c`` -> [a, b, c]; anything else -> [test]."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return [part for value in test.values for part in _conjuncts(value)]
-    return [test]
-
-
-_CONSTRUCTION = frozenset({"__init__", "__new__", "__init_subclass__", "__class_getitem__", "__post_init__"})
-
-
-def _catches(handler: ast.ExceptHandler, name: str) -> bool:
-    """The handler catches ``name`` by name (bare ``except`` and ``Exception`` hide more than a check would)."""
-    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    return any(isinstance(t, ast.Name) and t.id == name or isinstance(t, ast.Attribute) and t.attr == name
-               for t in types if t is not None)
-
-
-def _last_name(node: ast.expr) -> str:
-    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+from compat.location import Location
+from compat.signature import CallShape
+from compat.syntax import absolute_module, call_shape, called_name, from_def, is_type_checking
 
 
 def walk_module(index: ConsumerIndex, known: ClassAttributes, source: ConsumerModule, target: str) -> ModuleRecord:
@@ -65,8 +59,114 @@ def walk_module(index: ConsumerIndex, known: ClassAttributes, source: ConsumerMo
     return visitor.found
 
 
-class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
-    """The statements of one module; ``ExpressionReader`` reads the expressions in them."""
+class ModuleVisitor(ast.NodeVisitor):
+    """One walk of one module: its state, the statements it visits and the value of each expression."""
+
+
+    def __init__(self, index: ConsumerIndex, known: ClassAttributes, source: ConsumerModule, target: str) -> None:
+        self.index = index
+        self.known = known
+        """Class attributes learnt before this walk (other modules, earlier passes); read only."""
+        self.source = source
+        self.target = target
+        self.found = ModuleRecord()
+        """What this walk found (``walk_module`` returns it)."""
+        self.scopes: list[Scope] = [Scope(kind="module", qualname=source.module)]
+        self.guards: list[Guard] = []
+        self.fallback: Fallback | None = None
+        self.class_stack: list[IndexedClass] = []
+        self.narrowing: list[tuple[str | None, str, str]] = []
+        """Active checks for attributes: (receiver source or None for any, attribute, how it is checked)."""
+        self.narrowed_refs: dict[Ref, str] = {}
+        """Objects reached through an attribute the consumer checked with ``hasattr``: checked wherever they flow."""
+        self.type_names: dict[str, Sym] = {}
+        """vLLM names imported under ``if TYPE_CHECKING:``: not there at run time, but what annotations mean."""
+        self.class_bases: dict[str, str] = {}
+        """Consumer class -> the vLLM class it extends or patches (see ``SelfOf.base``)."""
+        self.super_order: dict[str, tuple[tuple[str, str], ...]] = {}
+        """Consumer class of this module -> its bases as written, read (see ``super_target``)."""
+        self.conditions = ConditionReader(target, index, lambda node: self.eval(node, record=False))
+        self.dict_builtin = not binds_anywhere(source.tree, "dict")
+        """The module never binds ``dict``: ``dict(a=1)`` is the builtin's mapping (see ``spread``)."""
+
+    # ---- bookkeeping -------------------------------------------------------------------
+    def loc(self, node: ast.AST) -> Location:
+        return Location(self.source.relpath, getattr(node, "lineno", 0))
+
+    def code(self, node: ast.AST) -> str:
+        line = getattr(node, "lineno", 0)
+        lines = self.source.lines
+        return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+
+    def context(self) -> str:
+        return self.scopes[-1].qualname
+
+    def add(self, tp: TouchPoint) -> None:
+        self.found.touchpoints.append(tp)
+
+    def bind(self, name: str, value: Value) -> None:
+        self.scopes[-1].names[name] = value
+
+    def scope_of(self, name: str) -> Scope | None:
+        """The scope whose binding of ``name`` the code here sees (a class body is not seen from its methods)."""
+        for scope in reversed(self.scopes):
+            if scope.kind == "class" and scope is not self.scopes[-1]:
+                continue
+            if name in scope.names:
+                return scope
+        return None
+
+    def lookup(self, name: str) -> Value:
+        scope = self.scope_of(name)
+        return scope.names[name] if scope is not None else None
+
+    def is_target(self, module: str) -> bool:
+        return module == self.target or module.startswith(self.target + ".")
+
+    # ---- class attributes ----------------------------------------------------------------
+    def has_attribute(self, qualname: str, name: str) -> bool:
+        return self.found.attributes.has(qualname, name) or self.known.has(qualname, name)
+
+    def attribute(self, qualname: str, name: str) -> Value:
+        learnt = self.found.attributes
+        return learnt.get(qualname, name) if learnt.has(qualname, name) else self.known.get(qualname, name)
+
+    def is_defined(self, info: IndexedClass, name: str) -> bool:
+        """The class (or a base) defines ``name`` in its source, or the walk has seen it assigned."""
+        return name in self.index.declared_names(info) or any(
+            self.has_attribute(c.qualname, name) for c in self.index.lineage(info))
+
+    def assign(self, target: ast.expr, value: Value, source: ast.expr | None = None) -> None:
+        """Bind ``target`` to ``value``; ``source``: the expression assigned, when there is one (an attribute of
+        ``self`` given something the walk cannot type is then known to be untyped, not left as it was)."""
+        if isinstance(target, ast.Name):
+            self.bind(target.id, value)
+        elif isinstance(target, ast.Attribute):
+            base = self.eval(target.value)
+            if isinstance(base, Sym) and isinstance(value, Local):
+                # `vllm.mod.f = my_f`, `VllmClass.__init__ = my_init`: the consumer's code runs where vLLM's did.
+                self.found.class_patches.append(ClassPatch(base.path, value.qualname, (target.attr,),
+                                                           self.loc(target), "replace"))
+                function = self.index.functions.get(value.qualname)
+                self.replacement_touch(target, base.path, target.attr, Replacement(
+                    value.qualname, "replace", from_def(function) if function is not None else None))
+            if isinstance(base, SelfOf):
+                info = self.index.classes.get(base.qualname)
+                if info is not None and value is not None:
+                    self.found.attributes.set(info.qualname, target.attr, value)
+                elif info is not None and source is not None and not none_literal(source):
+                    self.found.attributes.set(info.qualname, target.attr, UNTYPED)
+                if base.worker and info is not None and not self.is_defined(info, target.attr):
+                    self.attribute_touch(target, Ref("worker"), target.attr, store=True)
+            elif isinstance(base, Obj):
+                self.attribute_touch(target, base.ref, target.attr, store=True)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self.assign(element.value if isinstance(element, ast.Starred) else element, None)
+        else:
+            self.visit_expr(target, store=True)
+
+    # ---- statements -----------------------------------------------------------------------
 
     def consumer_value(self, module: str, name: str) -> Value:
         qualname = self.index.definition(module, name)
@@ -174,7 +274,7 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         """``body`` under ``test``'s narrowing: ``hasattr(x, "a")`` (the consumer checks before it uses ``x.a``)
         and ``isinstance(x, VllmClass)`` (``x`` is of that class here)."""
         pushed, rebound = 0, []
-        for check in _conjuncts(test):
+        for check in conjuncts(test):
             if self.narrow(check):
                 pushed += 1
                 continue
@@ -193,10 +293,10 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         del self.narrowing[len(self.narrowing) - pushed:]
 
     def visit_Try(self, node: ast.Try) -> None:
-        catches = [h for h in node.handlers if self._catches_import_error(h)]
+        catches = [h for h in node.handlers if catches_import_error(h)]
         primary = self._imported_symbols(node.body)
         if not (catches and primary):
-            guarded = [h for h in node.handlers if _catches(h, "AttributeError")]
+            guarded = [h for h in node.handlers if catches_by_name(h, "AttributeError")]
             if guarded:
                 self.narrowing.append((None, "", f"try/except AttributeError at {self.loc(guarded[0])}"))
             self.visit_block(node.body)
@@ -247,14 +347,6 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
 
     visit_TryStar = visit_Try
 
-    @staticmethod
-    def _catches_import_error(handler: ast.ExceptHandler) -> bool:
-        if handler.type is None:
-            return True
-        names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-        return any((isinstance(n, ast.Name) and n.id in _IMPORT_ERRORS) or (
-            isinstance(n, ast.Attribute) and n.attr in _IMPORT_ERRORS) for n in names)
-
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for deco in node.decorator_list:
             self.visit_expr(deco)
@@ -274,7 +366,7 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
             self.found.class_patches.append(ClassPatch(target, qualname, tuple(sorted(names)), self.loc(node), kind,
                                                        others))
             for name, method in info.methods.items():
-                if kind == "subclass" and name in _CONSTRUCTION:
+                if kind == "subclass" and name in CONSTRUCTION:
                     continue  # the consumer builds its subclass itself, with its own arguments
                 self.replacement_touch(method, target, name, Replacement(f"{qualname}.{name}", kind, from_def(method)))
         self.bind(node.name, Local(qualname))
@@ -294,15 +386,15 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
             return "local", value.qualname
         if isinstance(value, Sym) and is_class_like(value.path):
             return "vllm", value.path
-        name = _last_name(generic)
-        return ("typing" if name in _TYPING_GENERICS or name in ("object", "ABC") else "other"), name
+        name = last_name(generic)
+        return ("typing" if name in TYPING_GENERICS or name in ("object", "ABC") else "other"), name
 
     def patched_target(self, node: ast.ClassDef) -> str | None:
         """``class P(Patcher[vllm_thing])`` with ``Patcher`` not vLLM's (the consumer's, or a patching library's)
         and not typing's: the vLLM path patched."""
         for base in node.bases:
             if isinstance(base, ast.Subscript) and not isinstance(self.eval(base.value, record=False), Sym) and \
-                    _last_name(base.value) not in _TYPING_GENERICS:
+                    last_name(base.value) not in TYPING_GENERICS:
                 target = self.eval(base.slice, record=False)
                 if isinstance(target, Sym):
                     return target.path
@@ -318,7 +410,7 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
             value = self.eval(generic, record=False)
             if isinstance(value, Sym) and is_class_like(value.path):
                 found.append(value.path)
-            elif not isinstance(value, Local) and _last_name(base) not in _TYPING_GENERICS:
+            elif not isinstance(value, Local) and last_name(base) not in TYPING_GENERICS:
                 return []
         return found
 
@@ -433,3 +525,370 @@ class ModuleVisitor(ExpressionReader, ast.NodeVisitor):
         owner = self.eval(target.value, record=False)
         ref = owner.ref if isinstance(owner, Obj) else None
         self.found.forwards.append(ForwardReplacement(function.qualname, self.loc(node), ref, self.code(node)))
+
+    # ---- expressions ---------------------------------------------------------------------
+    def visit_expr(self, node: ast.expr | None, store: bool = False) -> Value:
+        if node is None:
+            return None
+        return self.eval(node, record=True, store=store)
+
+    def eval(self, node: ast.expr, record: bool = True, store: bool = False) -> Value:
+        """The value of an expression as far as the scan can trace it; records touchpoints."""
+        if isinstance(node, ast.Name):
+            return self.lookup(node.id)
+        if isinstance(node, ast.Attribute):
+            return self.eval_attribute(node, record, store)
+        if isinstance(node, ast.Call):
+            return self.eval_call(node, record)
+        if isinstance(node, ast.NamedExpr):
+            value = self.eval(node.value, record)
+            self.bind(node.target.id, value)
+            return value
+        if isinstance(node, ast.Lambda):
+            return None
+        if isinstance(node, ast.Await):
+            # `await engine.collective_rpc(...)` is the reply itself (AsyncLLM's collective_rpc is a coroutine).
+            return self.eval(node.value, record)
+        if isinstance(node, ast.IfExp):
+            # `x.a if hasattr(x, "a") else d`: the body runs checked.
+            self.eval(node.test, record)
+            pushed = self.narrow(node.test)
+            self.eval(node.body, record)
+            if pushed:
+                self.narrowing.pop()
+            self.eval(node.orelse, record)
+            return None
+        if isinstance(node, ast.BoolOp):
+            # `hasattr(x, "a") and x.a`, `not hasattr(x, "a") or x.a`: the later operands run checked.
+            pushed = 0
+            for value in node.values:
+                self.eval(value, record)
+                check = value.operand if isinstance(node.op, ast.Or) and isinstance(value, ast.UnaryOp) and \
+                    isinstance(value.op, ast.Not) else value if isinstance(node.op, ast.And) else None
+                if check is not None and self.narrow(check):
+                    pushed += 1
+            del self.narrowing[len(self.narrowing) - pushed:]
+            return None
+        if isinstance(node, ast.Subscript):
+            base = self.eval(node.value, record)
+            self.eval(node.slice, record)
+            if isinstance(base, Reply):
+                self.reply_use(base, "index", f"[{ast.unparse(node.slice)}]", node)
+            return None
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            self.scopes.append(Scope(kind="function", qualname=self.context()))
+            for gen in node.generators:
+                iterated = self.eval(gen.iter, record)
+                if isinstance(iterated, Reply):
+                    self.reply_use(iterated, "iterate", f"for {ast.unparse(gen.target)} in ...", node)
+                self.assign(gen.target, None)
+                for cond in gen.ifs:
+                    self.eval(cond, record)
+            for part in ([node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]):
+                self.eval(part, record)
+            self.scopes.pop()
+            return None
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                self.eval(child, record)
+            elif isinstance(child, ast.keyword):
+                self.eval(child.value, record)
+        return None
+
+    def eval_attribute(self, node: ast.Attribute, record: bool, store: bool = False) -> Value:
+        base = self.eval(node.value, record)
+        if isinstance(base, Sym):
+            if node.attr in ("__version__", "__version_tuple__") and base.path in (
+                    self.target, f"{self.target}.version"):
+                return VersionValue("tuple" if node.attr.endswith("tuple__") else "string")
+            if record and is_class_like(base.path):
+                self.attribute_touch(node, Ref.of_symbol(base.path), node.attr, store=store)
+            return Sym(f"{base.path}.{node.attr}")
+        if isinstance(base, Obj):
+            if record:
+                self.attribute_touch(node, base.ref, node.attr, store=store)
+            return Obj(base.ref.attr(node.attr))
+        if isinstance(base, SelfOf):
+            info = self.index.classes.get(base.qualname)
+            if info is None:
+                return None
+            if self.has_attribute(info.qualname, node.attr):
+                return self.attribute(info.qualname, node.attr)
+            method = self.index.find_method(info, node.attr)
+            if method is not None:
+                return Local(f"{method[0].qualname}.{node.attr}")
+            inherited = self.inherited(base)
+            if inherited is not None and not self.is_defined(info, node.attr):
+                if record:
+                    self.attribute_touch(node, inherited, node.attr, store=store)
+                return Obj(inherited.attr(node.attr))
+        return None
+
+    @staticmethod
+    def inherited(value: SelfOf) -> Ref | None:
+        """Where ``self``'s members that its consumer class does not define come from: vLLM's worker for a worker
+        extension, else the vLLM class the consumer class extends or patches."""
+        if value.worker:
+            return Ref("worker")
+        return Ref("self", symbol=value.base) if value.base else None
+
+    def attribute_touch(self, node: ast.expr, receiver: Ref, name: str, call: CallShape | None = None,
+                        store: bool = False, alias: Alias | None = None, via_super: bool = False) -> None:
+        self.add(TouchPoint(Kind.ATTRIBUTE, f"{receiver.render()}.{name}", self.loc(node), self.code(node),
+                            call=call, receiver=receiver, attribute=name, store=store,
+                            guards=tuple(self.guards), context=self.context(),
+                            narrowed=self.narrowed_by(node, receiver, name), alias=alias, via_super=via_super))
+
+    def narrow(self, check: ast.expr) -> bool:
+        """Start the narrowing ``check`` makes if it is ``hasattr(x, "a")`` or ``getattr(x, "a", default)`` (as
+        is, ``is not None`` or under ``callable``); the object ``x.a`` stays known as checked wherever its value
+        flows (``narrowed_refs``)."""
+        checked = checked_attribute(check)
+        if checked is None:
+            return False
+        subject, name = checked
+        how = f"{ast.unparse(check)} at {self.loc(check)}"
+        self.narrowing.append((ast.unparse(subject), name, how))
+        value = self.eval(subject, record=False)
+        if isinstance(value, Obj):
+            self.narrowed_refs[value.ref.attr(name)] = how
+        return True
+
+    def narrowed_by(self, node: ast.expr, receiver: Ref | None = None, name: str | None = None) -> str:
+        """The active check that covers ``node`` (an attribute use), if any: ``hasattr(x, "a")`` covers ``x.a``
+        and everything reached through it; ``try: ... except AttributeError`` covers every attribute."""
+        ref = receiver.attr(name) if receiver is not None and name else None
+        while ref is not None:
+            if ref in self.narrowed_refs:
+                return self.narrowed_refs[ref]
+            ref = ref.base
+        if not self.narrowing:
+            return ""
+        text = ast.unparse(node)
+        for receiver, name, how in reversed(self.narrowing):
+            if receiver is None or text == f"{receiver}.{name}" or text.startswith(f"{receiver}.{name}."):
+                return how
+        return ""
+
+    def spread(self, node: ast.expr) -> Spread | None:
+        """What ``f(**node)`` passes when the scan sees every key: a mapping written out in the call, or a local
+        mapping of the enclosing function whose every change the scan follows (``compat.consumer.names``)."""
+        if isinstance(node, ast.Name):
+            local = next((scope.local for scope in reversed(self.scopes) if scope.local is not None), None)
+            return local.spreads.get(node) if local is not None else None
+        return literal_spread(node, self.dict_builtin)
+
+    def spread_keys(self, node: ast.expr) -> tuple[str, ...] | None:
+        spread = self.spread(node)
+        return spread.keys if spread is not None else None
+
+    def call_literals(self, node: ast.Call) -> tuple[tuple[str, str], ...]:
+        """The keywords a call passes as literals, written out or in a ``**mapping`` the scan sees."""
+        literals: list[tuple[str, str]] = []
+        for keyword in node.keywords:
+            if keyword.arg is not None and isinstance(keyword.value, ast.Constant):
+                literals.append((keyword.arg, ast.unparse(keyword.value)))
+            elif keyword.arg is None and (spread := self.spread(keyword.value)) is not None:
+                literals += spread.literals
+        return tuple(literals)
+
+    def eval_call(self, node: ast.Call, record: bool) -> Value:
+        func = node.func
+        shape = call_shape(node, self.spread_keys)
+        result: Value = None
+        if isinstance(func, ast.Attribute):
+            base = self.eval(func.value, record)
+            receiver: Ref | None = None
+            if is_super(func.value):
+                base = self.super_target(func.attr, func.value)
+                if func.attr == "__init__" and isinstance(base, Obj) and base.ref.symbol:
+                    # `super().__init__(...)` builds vLLM's class with these arguments, as `Base(...)` would.
+                    if record:
+                        self.add(TouchPoint(Kind.CALL, base.ref.symbol, self.loc(node), self.code(node), call=shape,
+                                            guards=tuple(self.guards), context=self.context(),
+                                            literals=self.call_literals(node)))
+                    base = None
+            if isinstance(base, Local):
+                result = self.local_call_result(Local(f"{base.qualname}.{func.attr}"))
+            elif isinstance(base, Obj):
+                receiver = base.ref
+            elif isinstance(base, Sym) and is_class_like(base.path):
+                receiver = Ref.of_symbol(base.path)
+            elif isinstance(base, SelfOf) and self.inherited(base) is not None:
+                info = self.index.classes.get(base.qualname)
+                if info is not None and self.index.find_method(info, func.attr) is None \
+                        and not self.has_attribute(info.qualname, func.attr) and not self.is_defined(info, func.attr):
+                    receiver = self.inherited(base)
+            if receiver is not None:
+                result = self.method_call(node, func, receiver, func.attr, shape, record,
+                                          via_super=is_super(func.value))
+            elif isinstance(base, Sym):
+                path = f"{base.path}.{func.attr}"
+                if record:
+                    self.add(TouchPoint(Kind.CALL, path, self.loc(node), self.code(node), call=shape,
+                                        guards=tuple(self.guards), context=self.context()))
+                result = Obj(Ref.of_symbol(path).called())
+            elif not isinstance(base, Local):
+                value = self.eval_attribute(func, record=False) if isinstance(base, SelfOf) else None
+                result = self.local_call_result(value)
+        else:
+            value = self.eval(func, record)
+            if isinstance(value, Either):
+                for option, expr, text in value.options:
+                    self.guards.append(Guard(expr, True, text, value.location))
+                    if record:
+                        self.add(TouchPoint(Kind.CALL, option.path, self.loc(node), self.code(node), call=shape,
+                                            guards=tuple(self.guards), context=self.context()))
+                    self.guards.pop()
+                result = None
+            elif isinstance(value, Sym):
+                if record:
+                    self.add(TouchPoint(Kind.CALL, value.path, self.loc(node), self.code(node), call=shape,
+                                        guards=tuple(self.guards), context=self.context(),
+                                        literals=self.call_literals(node)))
+                result = Obj(Ref.of_symbol(value.path).called())
+            elif isinstance(value, Obj) and isinstance(func, ast.Name) and value.ref.kind == "attribute" and \
+                    value.ref.base is not None and value.ref.name:
+                # `step = self.executor.execute_model` ... `step(out)`: the call of the attribute, made here.
+                result = self.method_call(node, func, value.ref.base, value.ref.name, shape, record,
+                                          self.alias(func.id, value.ref))
+            elif isinstance(value, Obj):
+                result = Obj(value.ref.called())
+            else:
+                result = self.local_call_result(value)
+            if isinstance(func, ast.Name) and func.id == "len" and node.args:
+                measured = self.eval(node.args[0], record=False)
+                if isinstance(measured, Reply):
+                    self.reply_use(measured, "len", "len(...)", node)
+        for arg in node.args:
+            self.eval(arg.value if isinstance(arg, ast.Starred) else arg, record)
+        for kw in node.keywords:
+            self.eval(kw.value, record)
+        if record and called_name(node) in INDIRECT_CALLERS:
+            self.indirect_call(node)
+        return result
+
+    def indirect_call(self, node: ast.Call) -> None:
+        """``Process(target=f, args=(...), kwargs={...})`` (``Thread`` too): ``f`` is called with those arguments in
+        the process (or thread) started, a call the consumer makes as surely as one written out."""
+        keywords = {k.arg: k.value for k in node.keywords if k.arg is not None}
+        target = keywords.get("target")
+        value = self.eval(target, record=False) if target is not None else None
+        if not isinstance(value, Sym):
+            return
+        args, kwargs = keywords.get("args"), keywords.get("kwargs")
+        literal = isinstance(args, (ast.Tuple, ast.List)) and not any(isinstance(a, ast.Starred) for a in args.elts)
+        keys = () if kwargs is None else self.spread_keys(kwargs)
+        shape = CallShape(positional=len(args.elts) if literal else 0, keywords=tuple(keys or ()),
+                          star_args=args is not None and not literal, star_kwargs=keys is None)
+        self.add(TouchPoint(Kind.CALL, value.path, self.loc(node), self.code(node), call=shape,
+                            guards=tuple(self.guards), context=self.context()))
+
+    def super_target(self, name: str, call: ast.Call) -> Value:
+        """What ``super().name(...)`` in a method of the class being walked reaches: the consumer's own base class
+        that defines ``name`` (a ``Local``), else ``Obj`` of the vLLM class the nearest base is, which the call
+        then touches like ``self.name(...)``; None when a base of another library comes first (it may define it).
+        The bases are searched breadth first, the method resolution order of simple hierarchies."""
+        if not self.class_stack or len(self.scopes) < 2 or self.scopes[-1].kind != "function" or \
+                self.scopes[-2].kind != "class" or self.scopes[-2].qualname != self.class_stack[-1].qualname:
+            return None  # not directly in a method of an indexed class (a class made inside a function is not one)
+        info = self.class_stack[-1]
+        if call.args and not (isinstance(call.args[0], ast.Name) and call.args[0].id == info.node.name):
+            return None  # super(Other, self): the search starts past another class, whose bases are not read here
+        queue = list(self.super_order.get(info.qualname, ()))
+        seen: set[str] = set()
+        while queue:
+            kind, path = queue.pop(0)
+            if kind == "vllm":
+                return Obj(Ref("self", symbol=path))
+            if kind == "other":
+                return None
+            if kind != "local" or path in seen or path not in self.index.classes:
+                continue
+            seen.add(path)
+            current = self.index.classes[path]
+            if name in current.methods:
+                return Local(path)
+            queue.extend(self.indexed_base(b) for b in current.bases)
+        return None
+
+    def indexed_base(self, qualname: str) -> tuple[str, str]:
+        """A base of a class from the index (resolved through imports): the consumer's, vLLM's or another's."""
+        if qualname in self.index.classes:
+            return "local", qualname
+        if self.is_target(qualname) and is_class_like(qualname):
+            return "vllm", qualname
+        return "other", qualname
+
+    def method_call(self, node: ast.Call, func: ast.expr, receiver: Ref, name: str, shape: CallShape, record: bool,
+                    alias: Alias | None = None, via_super: bool = False) -> Value:
+        """A call of ``receiver.name``, an attribute of a vLLM object, written out or through the local name
+        ``alias`` bound to it: the same touchpoints either way, at the call."""
+        if record:
+            self.attribute_touch(func, receiver, name, call=shape, alias=alias, via_super=via_super)
+            if name in RPC_METHODS:
+                self.rpc_touch(node, receiver)
+        return Reply(self.loc(node)) if name in RPC_METHODS else Obj(receiver.attr(name).called())
+
+    def alias(self, name: str, ref: Ref) -> Alias:
+        """How a call of the local ``name``, bound to ``ref`` (an attribute of a vLLM object), can name the
+        receiver again: the function's own reading of the name (``compat.consumer.names``), when the name is the
+        calling function's and its receiver, evaluated here, is still ``ref``'s."""
+        scope = self.scope_of(name)
+        if scope is None or scope.local is None or scope.qualname != self.context():
+            return Alias(name, why=f"{name} is bound outside the function that calls it")
+        bound = scope.local.aliases.get(name)
+        if bound is None:
+            return Alias(name, why=f"{name} is not bound to an attribute written out in the function")
+        if bound.alias.receiver and (bound.node.attr != ref.name or self.receiver_of(
+                self.eval(bound.node.value, record=False)) != ref.base):
+            return Alias(name, why=f"{name} = {ast.unparse(bound.node)} stands for {ref.render()}, whose receiver "
+                                   f"the scan does not reach through {bound.alias.receiver}")
+        return bound.alias
+
+    def receiver_of(self, value: Value) -> Ref | None:
+        """The vLLM object whose attributes ``value``'s are (see ``eval_attribute``)."""
+        if isinstance(value, Obj):
+            return value.ref
+        return self.inherited(value) if isinstance(value, SelfOf) else None
+
+    def replacement_touch(self, node: ast.AST, target: str, name: str, replacement: Replacement) -> None:
+        """The consumer's code in place of vLLM's ``target.name`` (see ``Replacement``)."""
+        self.add(TouchPoint(Kind.PATCH, f"{target}.{name}", self.loc(node), self.code(node),
+                            receiver=Ref.of_symbol(target), attribute=name, guards=tuple(self.guards),
+                            context=self.context(), replacement=replacement))
+
+    def reply_use(self, reply: Reply, kind: str, detail: str, node: ast.AST) -> None:
+        self.found.reply_uses.setdefault(reply.location, []).append(
+            ReplyUse(kind, detail, self.loc(node), self.code(node)))
+
+    def rpc_touch(self, node: ast.Call, receiver: Ref) -> None:
+        named = rpc_method(node)
+        if named is None:
+            return  # a callable is sent to the workers: nothing named to check
+        name, note = named
+        self.add(TouchPoint(Kind.RPC, name, self.loc(node), self.code(node), receiver=receiver,
+                            rpc_method=name, call=call_shape(node, self.spread_keys), guards=tuple(self.guards),
+                            context=self.context(), note=note))
+
+    def local_call_result(self, value: Value) -> Value:
+        """Calling a consumer function whose return annotation names a vLLM class."""
+        if isinstance(value, Local):
+            returns = self.index.return_annotations.get(value.qualname)
+            if returns is not None:
+                return self.annotation_value(returns)
+        return None
+
+    def annotation_value(self, annotation: ast.expr | None) -> Value:
+        """A parameter annotated with a vLLM class is an instance of it."""
+        if annotation is None:
+            return None
+        annotation = annotation_target(annotation)
+        if annotation is None:
+            return None
+        value = self.eval(annotation, record=False)
+        if not isinstance(value, Sym) and isinstance(annotation, ast.Name) and annotation.id in self.type_names:
+            return Obj(Ref("symbol", symbol=self.type_names[annotation.id].path, typing=True).called())
+        if isinstance(value, Sym):
+            return Obj(Ref.of_symbol(value.path).called())
+        return None
