@@ -4,6 +4,7 @@ with no state of the walk."""
 from __future__ import annotations
 
 import ast
+from typing import TypeGuard
 
 RPC_METHODS = ("collective_rpc",)
 IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
@@ -44,7 +45,7 @@ def is_class_like(path: str) -> bool:
     last = path.rsplit(".", 1)[-1]
     return bool(last) and (last[0].isupper() or last.startswith("_") and last[1:2].isupper())
 
-def is_super(node: ast.expr) -> bool:
+def is_super(node: ast.expr) -> TypeGuard[ast.Call]:
     """``super()`` (or ``super(Cls, self)``)."""
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
 

@@ -292,7 +292,7 @@ class ModuleVisitor(ast.NodeVisitor):
             self.bind(name, value)
         del self.narrowing[len(self.narrowing) - pushed:]
 
-    def visit_Try(self, node: ast.Try) -> None:
+    def visit_Try(self, node: ast.Try | ast.TryStar) -> None:
         catches = [h for h in node.handlers if catches_import_error(h)]
         primary = self._imported_symbols(node.body)
         if not (catches and primary):
@@ -345,7 +345,8 @@ class ModuleVisitor(ast.NodeVisitor):
                 found += [a.name for a in stmt.names if self.is_target(a.name)]
         return tuple(found)
 
-    visit_TryStar = visit_Try
+    def visit_TryStar(self, node: ast.TryStar) -> None:
+        self.visit_Try(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for deco in node.decorator_list:
@@ -354,7 +355,8 @@ class ModuleVisitor(ast.NodeVisitor):
             self.visit_expr(base)
         qualname = f"{self.context()}.{node.name}"
         info = self.index.classes.get(qualname)
-        target, kind, others = self.patched_target(node), "patch", ()
+        others: tuple[str, ...] = ()
+        target, kind = self.patched_target(node), "patch"
         if target is None:
             bases = self.vllm_bases(node)
             target, kind, others = (bases[0] if bases else None), "subclass", tuple(bases[1:])
@@ -560,14 +562,14 @@ class ModuleVisitor(ast.NodeVisitor):
             return None
         if isinstance(node, ast.BoolOp):
             # `hasattr(x, "a") and x.a`, `not hasattr(x, "a") or x.a`: the later operands run checked.
-            pushed = 0
-            for value in node.values:
-                self.eval(value, record)
-                check = value.operand if isinstance(node.op, ast.Or) and isinstance(value, ast.UnaryOp) and \
-                    isinstance(value.op, ast.Not) else value if isinstance(node.op, ast.And) else None
+            checked = 0
+            for operand in node.values:
+                self.eval(operand, record)
+                check = operand.operand if isinstance(node.op, ast.Or) and isinstance(operand, ast.UnaryOp) and \
+                    isinstance(operand.op, ast.Not) else operand if isinstance(node.op, ast.And) else None
                 if check is not None and self.narrow(check):
-                    pushed += 1
-            del self.narrowing[len(self.narrowing) - pushed:]
+                    checked += 1
+            del self.narrowing[len(self.narrowing) - checked:]
             return None
         if isinstance(node, ast.Subscript):
             base = self.eval(node.value, record)
@@ -665,8 +667,8 @@ class ModuleVisitor(ast.NodeVisitor):
         if not self.narrowing:
             return ""
         text = ast.unparse(node)
-        for receiver, name, how in reversed(self.narrowing):
-            if receiver is None or text == f"{receiver}.{name}" or text.startswith(f"{receiver}.{name}."):
+        for subject, attribute, how in reversed(self.narrowing):
+            if subject is None or text == f"{subject}.{attribute}" or text.startswith(f"{subject}.{attribute}."):
                 return how
         return ""
 
@@ -777,10 +779,11 @@ class ModuleVisitor(ast.NodeVisitor):
         if not isinstance(value, Sym):
             return
         args, kwargs = keywords.get("args"), keywords.get("kwargs")
-        literal = isinstance(args, (ast.Tuple, ast.List)) and not any(isinstance(a, ast.Starred) for a in args.elts)
+        literal = args.elts if isinstance(args, (ast.Tuple, ast.List)) and \
+            not any(isinstance(a, ast.Starred) for a in args.elts) else None
         keys = () if kwargs is None else self.spread_keys(kwargs)
-        shape = CallShape(positional=len(args.elts) if literal else 0, keywords=tuple(keys or ()),
-                          star_args=args is not None and not literal, star_kwargs=keys is None)
+        shape = CallShape(positional=len(literal) if literal is not None else 0, keywords=tuple(keys or ()),
+                          star_args=args is not None and literal is None, star_kwargs=keys is None)
         self.add(TouchPoint(Kind.CALL, value.path, self.loc(node), self.code(node), call=shape,
                             guards=tuple(self.guards), context=self.context()))
 
