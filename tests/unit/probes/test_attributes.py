@@ -6,9 +6,9 @@ an installed build; the static reading gives no traceback."""
 from __future__ import annotations
 
 import pytest
+from compat.probes.attributes import PROBE
 
 from compat.findings import Status
-from compat.probes.attributes import PROBE
 
 ENGINE = '''
     from abc import ABC, abstractmethod
@@ -136,7 +136,8 @@ CASES = [
     pytest.param(use("return scheduler.waiting.popleft()"), "popleft", Status.UNKNOWN,
                  ["not declared by the interface", "vllm.engine.Queue is a ABC"], id="interface"),
     pytest.param(use("return scheduler.waiting.peek()", OWN_QUEUE), "peek", Status.UNKNOWN,
-                 ["may at run time be consumer.MyQueue", "a subclass of vllm.engine.Queue", "which defines 'peek'"], id="stand-in-defines-it"),
+                 ["may at run time be consumer.MyQueue", "a subclass of vllm.engine.Queue",
+                  "which defines 'peek'"], id="stand-in-defines-it"),
     pytest.param(use("return config.hf_config.num_layers"), "num_layers", None, [], id="another-library-s-object"),
 ]
 

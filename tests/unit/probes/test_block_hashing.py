@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from compat.probes.block_hashing import PROBE
 
 from compat.findings import Status
-from compat.probes.block_hashing import PROBE
 
 from . import llama
 from .llama import patch
@@ -39,14 +39,19 @@ HASHING = '''
         return lambda request: [NONE_HASH]
 '''
 
+REQUEST = '''
+    class Request:
+        def __init__(self, request_id, prompt_token_ids, block_hasher=None):
+            self.block_hashes = []
+'''
+
 
 def build(default: str = "True") -> dict[str, str]:
     return {
         "vllm/config/__init__.py": "from vllm.config.cache import CacheConfig\n",
         "vllm/config/cache.py": CACHE.format(default=default),
         "vllm/v1/__init__.py": "",
-        "vllm/v1/request.py": "class Request:\n    def __init__(self, request_id, prompt_token_ids, block_hasher=None):\n"
-                              "        self.block_hashes = []\n",
+        "vllm/v1/request.py": REQUEST,
         "vllm/v1/core/__init__.py": "",
         "vllm/v1/core/block_pool.py": POOL,
         "vllm/v1/core/kv_cache_utils.py": HASHING,

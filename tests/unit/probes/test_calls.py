@@ -6,9 +6,9 @@ build; the static reading gives no traceback."""
 from __future__ import annotations
 
 import pytest
+from compat.probes.calls import PROBE
 
 from compat.findings import Status
-from compat.probes.calls import PROBE
 
 CONFIG = '''
     import functools

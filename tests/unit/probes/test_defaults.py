@@ -5,9 +5,9 @@ to True as between vLLM 0.11.0 and 0.11.1)."""
 from __future__ import annotations
 
 import pytest
+from compat.probes.defaults import PROBE
 
 from compat.findings import Status
-from compat.probes.defaults import PROBE
 
 from ...test_defaults import CONSUMER, NEW, OLD
 

@@ -6,15 +6,16 @@ build, whose import raised; the static reading the unit layer uses gives no trac
 from __future__ import annotations
 
 import pytest
+from compat.probes.imports import PROBE
 
 from compat.findings import Status
-from compat.probes.imports import PROBE
 
 BUILD = {"vllm/engine.py": "class Engine:\n    pass\n", "vllm/moved/__init__.py": "",
          "vllm/moved/place.py": "class Scheduler:\n    pass\n",
          "vllm/twice/__init__.py": "", "vllm/twice/a.py": "class Twin:\n    pass\n",
          "vllm/twice/b.py": "class Twin:\n    pass\n",
-         "vllm/lazy.py": "def __getattr__(name):\n    import importlib\n    return importlib.import_module('vllm.' + name)\n",
+         "vllm/lazy.py": "def __getattr__(name):\n    import importlib\n"
+                         "    return importlib.import_module('vllm.' + name)\n",
          "vllm/reexport.py": "from vllm.engine import Engine\n"}
 
 

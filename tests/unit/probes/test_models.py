@@ -4,9 +4,9 @@ conventions (registry, path to the stack, members, layer call, forward signature
 from __future__ import annotations
 
 import pytest
+from compat.probes.models import PROBE
 
 from compat.findings import Status
-from compat.probes.models import PROBE
 
 from .llama import build, patch
 
@@ -36,7 +36,8 @@ CASES = [
     pytest.param(patch(), build(), "layer-call", Status.OK, ["binds to", "LlamaDecoderLayer.forward"],
                  id="layer-call-ok"),
     pytest.param(patch(layer_args="positions, hidden_states, residual, None"), build(), "layer-call",
-                 Status.BROKEN, ["takes at most 3 positional argument(s) but the call passes 4"], id="layer-call-broken"),
+                 Status.BROKEN, ["takes at most 3 positional argument(s) but the call passes 4"],
+                 id="layer-call-broken"),
     pytest.param(patch(layer_args="positions, hidden_states"), build(residual_default="=None"), "layer-call",
                  Status.CHANGED, ["without residual", "silent change of values"], id="layer-call-changed"),
     pytest.param(patch(layer_args="positions, hidden_states"), build(), "layer-call", Status.BROKEN,

@@ -5,9 +5,9 @@ of a vLLM ABC defines the abstract methods the build added (the tables of tests/
 from __future__ import annotations
 
 import pytest
+from compat.probes.patches import PROBE
 
 from compat.findings import Status
-from compat.probes.patches import PROBE
 
 RUNNER = '''
     import torch
@@ -207,4 +207,5 @@ def test_a_subclass_of_an_abc_the_build_added_abstract_methods_to(trees, source,
         return
     assert [f.status for f in findings] == [status]
     assert "consumer.MyLoader cannot be instantiated in this build" in findings[0].message
-    assert "abstract method(s) unload" in findings[0].message and findings[0].fix == "define unload in consumer.MyLoader"
+    assert "abstract method(s) unload" in findings[0].message
+    assert findings[0].fix == "define unload in consumer.MyLoader"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from compat.probes.protocol import PROBE
 
 from compat.findings import Status
-from compat.probes.protocol import PROBE
 
 from .executors import RUNNER_ONE_PHASE, build
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from compat.probes.reply_shape import PROBE
 
 from compat.findings import Status
-from compat.probes.reply_shape import PROBE
 
 from .executors import RPC_LIST, RPC_NO_RANK, RPC_SINGLE, build
 

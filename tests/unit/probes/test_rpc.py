@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from compat.probes.rpc import PROBE
 
 from compat.findings import Status
-from compat.probes.rpc import PROBE
 
 from .executors import WORKER, build
 
@@ -61,7 +61,8 @@ def run(config):
 
 LLM = {"vllm/__init__.py": "from vllm.entrypoints.llm import LLM\n", "vllm/entrypoints/__init__.py": "",
        "vllm/entrypoints/llm.py": "class LLM:\n    def collective_rpc(self, method, args=()):\n        pass\n"}
-LAZY_WORKER = WORKER.replace("class Worker:", "class Worker:\n        def __getattr__(self, name):\n            return 1\n")
+LAZY_WORKER = WORKER.replace("class Worker:",
+                             "class Worker:\n        def __getattr__(self, name):\n            return 1\n")
 
 
 @pytest.mark.parametrize(("source", "vllm", "status", "says"), [
@@ -86,7 +87,8 @@ LAZY_WORKER = WORKER.replace("class Worker:", "class Worker:\n        def __geta
                  ["the worker extension other_package.Extension is not in the consumer's code"],
                  id="extension-outside-the-consumer"),
     pytest.param(UNINSTALLED, build(), Status.UNKNOWN,
-                 ["consumer.Extension defines it, but the scan did not see it installed"], id="extension-not-installed"),
+                 ["consumer.Extension defines it, but the scan did not see it installed"],
+                 id="extension-not-installed"),
 ])
 def test_a_worker_rpc_is_judged_against_worker_and_extension(trees, source, vllm, status, says):
     findings = trees.findings(PROBE, source, vllm)

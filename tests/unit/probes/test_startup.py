@@ -4,9 +4,9 @@ pipeline (done too, not needed and why, new since the build it was written for, 
 from __future__ import annotations
 
 import pytest
+from compat.probes.startup import PROBE
 
 from compat.findings import Status
-from compat.probes.startup import PROBE
 
 EXECUTOR = '''
     class MultiprocExecutor:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from compat.probes.steps import PROBE
 
 from compat.findings import Status
-from compat.probes.steps import PROBE
 
 CONFIG = '''
     from dataclasses import dataclass
