@@ -4,9 +4,9 @@ attributes it now reads on what an override returns), on the two builds of tests
 from __future__ import annotations
 
 import pytest
+from compat.probes.inbound import PROBE
 
 from compat.findings import Status
-from compat.probes.inbound import PROBE
 
 from ...test_inbound import BROKEN_PLUGIN, BUILD, FOLLOWS, NEW, OLD
 
