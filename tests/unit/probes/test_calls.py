@@ -78,6 +78,12 @@ def use(line: str, classes: str = "") -> str:
     return f"{IMPORTS}{classes}\ndef run(runner: Runner, batch):\n    return {line}\n"
 
 
+def guarded(owner: str) -> str:
+    """A call that runs only where vLLM's ``owner`` has ``gone`` (the audit around the probe evaluates it)."""
+    return (f"{IMPORTS}\ndef run():\n    if hasattr({owner}, 'gone'):\n"
+            "        return SamplingParams(n=2, max_tokens=4)\n")
+
+
 MY_METHOD = '''
 class MyMethod(Method):
     def apply(self, layer, x, router_logits):
@@ -125,6 +131,10 @@ CASES = [
     pytest.param(IMPORTS.replace("decorated, ", "decorated, gone, ") + "\ndef run():\n    return gone(1)\n",
                  None, Status.BROKEN, ["cannot bind gone()", "no name 'gone'"], id="callee-missing"),
     pytest.param(use("tokens('p', 1, 2, 3)", OWN_TOKENS), None, None, [], id="replaced-by-the-consumer"),
+    pytest.param(guarded("Runner"), None, Status.OK, ["not run with this build", "hasattr(Runner, 'gone')"],
+                 id="guard-false-on-this-build"),
+    pytest.param(guarded("decorated"), None, Status.UNKNOWN,
+                 ["requires 'seed'", "but this code is guarded", "cannot be evaluated"], id="guard-unknown"),
     pytest.param(use("runner.gone(1)"), None, None, [], id="missing-method-is-the-attribute-probe-s"),
 ]
 
