@@ -43,9 +43,10 @@ class Trees:
 
     def vllm(self, files: dict[str, str], version: str = "0.0.0") -> Surface:
         """A vLLM build read statically from ``files`` (paths under ``vllm/``); ``version`` goes into a
-        ``vllm/version.py`` unless the table has one."""
+        ``vllm/_version.py`` (where a source tree's version is read from) unless the table has one."""
         files = {"vllm/__init__.py": "", **files}
-        files.setdefault("vllm/version.py", f'__version__ = "{version}"\n')
+        if "vllm/version.py" not in files:
+            files.setdefault("vllm/_version.py", f'__version__ = "{version}"\n')
         return open_build(str(write_tree(self._dir("vllm"), files))).surface
 
     def consumer(self, files: dict[str, str] | str) -> Scan:
