@@ -229,6 +229,7 @@ def test_a_version_helper_with_an_override_is_read_for_the_default_run(tmp_path)
     assert guards["vllm.attention.layer.MLAAttention"] == [("vllm_version_is('0.11.0')", False)]
 
 
+@pytest.mark.network
 def test_one_missing_name_is_one_finding(tmp_path, build):
     """An import of a name the build lacks, and the calls of it, are one finding: the import."""
     scan = _scan(tmp_path, {"mod.py": """
@@ -300,6 +301,7 @@ def test_engine_args_built_by_a_classmethod_on_verl(build):
     assert call.status.value == "ok", call.message
 
 
+@pytest.mark.network
 def test_a_classmethod_returning_cls_gives_the_class_reached_through(tmp_path, build):
     scan = _scan(tmp_path, {"mod.py": """
         from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
@@ -318,6 +320,7 @@ def test_a_classmethod_returning_cls_gives_the_class_reached_through(tmp_path, b
     assert statuses[("mod.py:8", "AsyncEngineArgs.no_such_field")] == "broken"
 
 
+@pytest.mark.network
 def test_a_version_helper_in_another_module_is_run_for_the_build(tmp_path, build):
     """The Hugging Face pattern, as a fixture: the version comes from importlib.metadata in a helper of a helper
     in another module; a helper the scan cannot run makes its branches unknown, never broken."""
@@ -390,6 +393,7 @@ def test_patches_are_checked_against_what_they_replace_on_arctic(arctic_020, bui
     assert not still & {"initialize_kv_cache", "_capture_cudagraphs", "graph_capture"}, still
 
 
+@pytest.mark.network
 def test_what_a_patch_replaces_must_exist_and_take_vllms_arguments(tmp_path, build):
     scan = _scan(tmp_path, {"patch.py": """
         from vllm.attention.backends.abstract import AttentionBackend
@@ -429,6 +433,7 @@ def test_what_a_patch_replaces_must_exist_and_take_vllms_arguments(tmp_path, bui
     assert by_name["supported_dtypes"].status.value == "ok"
 
 
+@pytest.mark.network
 def test_names_imported_for_type_checking_give_annotations_their_class(tmp_path, build):
     """vllm-ascend's pattern: `if TYPE_CHECKING: from vllm.config import VllmConfig` / `else: VllmConfig = None`.
     The annotation means vLLM's class (a store on it is the consumer's own, a missing member is found); a name
@@ -487,6 +492,7 @@ def test_a_subclass_missing_a_new_abstract_method_cannot_be_built_on_vllm_ascend
     assert not [f for f in pinned.findings if f.symbol.endswith(":abstract")]
 
 
+@pytest.mark.network
 def test_a_subclass_of_an_abc_must_define_what_the_build_made_abstract(tmp_path, build):
     scan = _scan(tmp_path, {"offload.py": """
         from vllm.v1.kv_offload.worker.worker import OffloadingHandler
@@ -518,6 +524,7 @@ def test_a_subclass_of_an_abc_must_define_what_the_build_made_abstract(tmp_path,
                 if f.symbol.endswith(":abstract")]
 
 
+@pytest.mark.network
 def test_replacements_and_branches_of_a_version_check(tmp_path, build):
     scan = _scan(tmp_path, {"patch.py": """
         import vllm.v1.core.sched.utils as sched_utils
@@ -559,6 +566,7 @@ def test_replacements_and_branches_of_a_version_check(tmp_path, build):
         [f.message for f in result.findings if f.check == "call"]
 
 
+@pytest.mark.network
 def test_an_awaited_reply_is_followed_to_its_uses(tmp_path, build):
     scan = _scan(tmp_path, {"server.py": """
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -582,6 +590,7 @@ def test_an_awaited_reply_is_followed_to_its_uses(tmp_path, build):
     assert "sees no index, unpack or iteration" in ignored.message
 
 
+@pytest.mark.network
 def test_an_interface_is_read_from_the_build():
     from compat.facts.abstract import FACT
     from compat.vllm.builds import open_build
@@ -595,6 +604,7 @@ def test_an_interface_is_read_from_the_build():
     assert not open_build("0.18.0").surface.fact(FACT, "vllm.config.vllm.VllmConfig").interface
 
 
+@pytest.mark.network
 def test_a_module_getattr_serving_fixed_names_is_read(build):
     """vllm.platforms serves current_platform through a module __getattr__ (lazily built): importable; a name
     it does not serve is missing, not unknown."""

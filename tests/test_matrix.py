@@ -111,6 +111,7 @@ def test_the_page_renders_in_a_real_browser(matrix, tmp_path):
     assert dom.count("<td class=\"c ") == len(matrix.rows) * len(RELEASES)
 
 
+@pytest.mark.network
 def test_a_build_that_cannot_be_read_is_a_column_of_errors(speculators, tmp_path):
     bad = tmp_path / "vllm-9.9.9-py3-none-any.whl"
     bad.write_bytes(b"not a zip")
@@ -197,6 +198,7 @@ def test_bisect_names_the_first_bad_commit_with_its_hunk(tmp_path, capsys):
     assert "@@" in out and "kv_cache_specs" in out.split("@@", 1)[1]  # the hunk that dropped the parameter
 
 
+@pytest.mark.network
 def test_bisect_refuses_endpoints_that_do_not_bracket_a_breakage(speculators):
     judge = bisection.Judge(speculators, AuditOptions(confirm="never"),
                             f"call|vllm.v1.request.Request|{GENERATOR}:234", lambda v: v)

@@ -45,6 +45,7 @@ def _ok(row: Row | None, label: str) -> bool:
     return row is not None and label in row.cells and row.cells[label].status == "ok"
 
 
+@pytest.mark.network
 def test_a_row_broken_at_the_ranges_first_build_is_not_said_to_break_there(runs, monkeypatch):
     """Rows already bad at 0.12.0 (seen by the wider run) and at 0.17.0: over 0.17.0.. they began at or before
     0.17.0, which is what JSON, terminal and Markdown say, never 0.17.0 as a first bad build."""
@@ -67,6 +68,7 @@ def test_a_row_broken_at_the_ranges_first_build_is_not_said_to_break_there(runs,
         assert data[(row.probe, row.touchpoint, row.location)]["broken_before_range"] is True
 
 
+@pytest.mark.network
 def test_a_row_vllm_fixed_says_fixed_in(runs, monkeypatch):
     """Rows bad in 0.17.0 and ok in 0.18.0 (the cells of the run itself) say 'fixed in 0.18.0'."""
     _, sub = runs
@@ -182,6 +184,7 @@ class _Held(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.network
 def test_without_a_terminal_each_build_is_a_line_as_it_finishes_and_the_cache_is_said(tmp_path):
     """0.11.0 is audited while the second build (a wheel on a server that holds every request) is still
     being fetched: its line arrives on a pipe before the run ends; the run ends by saying the cache it used."""
