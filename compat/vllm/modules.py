@@ -190,3 +190,47 @@ def _read_lazy_map(info: ModuleInfo, node: ast.Dict) -> None:
             module = absolute_module(info.name, info.is_package, level, module.lstrip("."))
         entries[key.value] = (module, attr)
     info.lazy.update(entries)
+
+
+def getattr_names(tree: ast.Module) -> dict[str, ast.AST] | None:
+    """The names a module's ``__getattr__(name)`` serves, when it serves a fixed set: each return sits under a
+    test of ``name`` against string constants (``if name == "current_platform"``, ``name in ("a", "b")``) or
+    returns one of the module's own globals; anything else (a computed lookup) is None: not known statically."""
+    function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"), None)
+    if function is None or not function.args.args:
+        return None
+    param = function.args.args[0].arg
+    served: dict[str, ast.AST] = {}
+
+    def constants(test: ast.expr) -> list[str] | None:
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) and \
+                test.left.id == param:
+            right = test.comparators[0]
+            values = right.elts if isinstance(test.ops[0], ast.In) and isinstance(right, (ast.Tuple, ast.List,
+                                                                                          ast.Set)) else [right]
+            if isinstance(test.ops[0], (ast.Eq, ast.In)) and all(isinstance(v, ast.Constant) and isinstance(
+                    v.value, str) for v in values):
+                return [v.value for v in values]
+        return None
+
+    def own_global(value: ast.expr | None) -> bool:  # globals()[name]
+        return isinstance(value, ast.Subscript) and isinstance(value.value, ast.Call) and \
+            getattr(value.value.func, "id", "") == "globals"
+
+    def walk(body: list[ast.stmt], names: list[str] | None) -> bool:
+        for stmt in body:
+            if isinstance(stmt, ast.If):
+                found = constants(stmt.test)
+                if found is not None:
+                    served.update({n: stmt for n in found})
+                if not walk(stmt.body, found if found is not None else names) or not walk(stmt.orelse, names):
+                    return False
+            elif isinstance(stmt, ast.Return):
+                if names is None and not own_global(stmt.value):
+                    return False
+            elif isinstance(stmt, (ast.Try, ast.With, ast.For, ast.While)):
+                return False
+        return True
+
+    return served if walk(function.body, None) else None
+
