@@ -14,8 +14,8 @@ import ast
 from compat.signature import Parameter, ParamKind, Signature
 from compat.syntax import FunctionNode, annotation_text, from_def
 from compat.vllm.definitions import ClassModel, Reading, definition
-from compat.vllm.modules import ModuleInfo
-from compat.vllm.surface import Found, Unresolved
+from compat.vllm.modules import BindingKind, ModuleInfo
+from compat.vllm.surface import Found, FoundKind, Unresolved
 
 DATACLASS_DECORATORS = {"dataclasses.dataclass", "pydantic.dataclasses.dataclass"}
 TRANSFORM_MARKERS = {"typing.dataclass_transform", "typing_extensions.dataclass_transform"}
@@ -44,12 +44,12 @@ class CallableReader:
 
     # ---- entry point ---------------------------------------------------------------------
     def signature(self, obj: Found) -> Signature | Unresolved:
-        if obj.kind == "class":
+        if obj.kind == FoundKind.CLASS:
             model = self.surface.class_model(obj)
             if model is None:
                 return Unresolved(f"cannot read class {obj.path}")
             return self.constructor(model)
-        if obj.kind == "external":
+        if obj.kind == FoundKind.EXTERNAL:
             return Unresolved(f"{obj.path} is outside the build", outside=True)
         defined = definition(obj)
         if defined is None or defined.function is None:
@@ -58,7 +58,7 @@ class CallableReader:
         if isinstance(sig, Unresolved):
             return sig
         sig = self._literal_defaults(sig, defined.owner, defined.module)
-        if obj.kind in ("method", "classmethod", "property"):
+        if obj.kind in (FoundKind.METHOD, FoundKind.CLASSMETHOD, FoundKind.PROPERTY):
             sig = sig.drop_first()
         return self.forwarded(defined.module, defined.function, sig) or sig
 
@@ -77,7 +77,8 @@ class CallableReader:
         if len(calls) != 1:
             return None
         target = self.surface.resolve_expr(info, calls[0].func)
-        if not isinstance(target, Found) or target.kind not in ("class", "function", "staticmethod"):
+        if not isinstance(target, Found) or \
+                target.kind not in (FoundKind.CLASS, FoundKind.FUNCTION, FoundKind.STATICMETHOD):
             return None
         inner = self.signature(target)
         if isinstance(inner, Unresolved):
@@ -105,12 +106,12 @@ class CallableReader:
         if name in KEEPS_SIGNATURE or name == "overload":
             return sig
         resolved = self.surface.resolve_expr(info, target)
-        if not isinstance(resolved, Found) or resolved.kind == "external":
+        if not isinstance(resolved, Found) or resolved.kind == FoundKind.EXTERNAL:
             # Decorators from other libraries (torch, functools, typing...) keep signatures
             # through functools.wraps as a rule; say so when they are not known.
             return sig
         defined = definition(resolved)
-        if resolved.kind != "function" or depth > _MAX_DEPTH or defined is None or defined.function is None:
+        if resolved.kind != FoundKind.FUNCTION or depth > _MAX_DEPTH or defined is None or defined.function is None:
             return Unresolved(f"decorated by {ast.unparse(target)}, which the static reading cannot follow")
         deco_info, deco_node = defined.module, defined.function
         if isinstance(deco, ast.Call) and not _partial_of_itself(deco_node):
@@ -155,7 +156,7 @@ class CallableReader:
                                                         [*value.args, *(k.value for k in value.keywords)])):
                 return False
             target = self.surface.resolve_expr(info, _from_table(info, node, value.func) or value.func)
-            defined = definition(target) if isinstance(target, Found) and target.kind == "function" else None
+            defined = definition(target) if isinstance(target, Found) and target.kind == FoundKind.FUNCTION else None
             if defined is None or defined.function is None:
                 return False
             keeps = self._wrapper_signature(defined.module, defined.function, Signature(()), target.path, depth + 1)
@@ -250,7 +251,7 @@ class CallableReader:
         if resolved.path in DATACLASS_DECORATORS:
             return True
         defined = definition(resolved)
-        if resolved.kind == "function" and defined is not None and defined.function is not None:
+        if resolved.kind == FoundKind.FUNCTION and defined is not None and defined.function is not None:
             for marker in defined.function.decorator_list:
                 marker_target = marker.func if isinstance(marker, ast.Call) else marker
                 found = self.surface.resolve_expr(defined.module, marker_target)
@@ -337,9 +338,9 @@ class CallableReader:
             module = info or (cls.module if cls is not None else None)
             if module is not None:
                 binding = module.bindings.get(node.id)
-                if binding is not None and binding.kind == "assign":
+                if binding is not None and binding.kind == BindingKind.ASSIGN:
                     scopes.append([binding.node])
-                elif binding is not None and binding.kind == "import" and binding.module:
+                elif binding is not None and binding.kind == BindingKind.IMPORT and binding.module:
                     target = self.surface.module_lookup(binding.module, binding.name or node.id)
                     defined = definition(target) if isinstance(target, Found) else None
                     if defined is not None and isinstance(defined.node, (ast.Assign, ast.AnnAssign)) \

@@ -16,7 +16,7 @@ from compat.syntax import FunctionNode, is_type_checking
 from compat.vllm import forwarding
 from compat.vllm.definitions import ClassModel, Definition, Reading, SelfAssignments, definition
 from compat.vllm.modules import target_names
-from compat.vllm.surface import Found, Missing, Unresolved
+from compat.vllm.surface import Found, FoundKind, Missing, Unresolved
 
 # Bases that add no members a consumer could reach and no constructor parameters.
 NEUTRAL_BASES = {
@@ -37,7 +37,7 @@ class ClassReader:
     def model(self, found: Found) -> ClassModel | None:
         """The class ``found`` names, with its bases resolved (None: not a class of the build)."""
         defined = definition(found)
-        if found.kind != "class" or defined is None or not isinstance(defined.node, ast.ClassDef):
+        if found.kind != FoundKind.CLASS or defined is None or not isinstance(defined.node, ast.ClassDef):
             return None
         info, node = defined.module, defined.node
         key = (str(info.path), node.lineno)
@@ -60,7 +60,7 @@ class ClassReader:
         sequences: list[list[ClassModel]] = []
         external: list[str] = []
         for base in model.bases:
-            if isinstance(base, Found) and base.kind == "class":
+            if isinstance(base, Found) and base.kind == FoundKind.CLASS:
                 base_model = self.model(base)
                 if base_model is not None:
                     base_mro, base_external = self.mro(base_model, depth + 1)
@@ -73,7 +73,7 @@ class ClassReader:
             else:
                 external.append(f"<unresolved base: {base.reason}>")
         sequences.append([self.model(b) for b in model.bases  # type: ignore[misc]
-                          if isinstance(b, Found) and b.kind == "class" and self.model(b) is not None])
+                          if isinstance(b, Found) and b.kind == FoundKind.CLASS and self.model(b) is not None])
         order = [model] + _c3_merge(sequences)
         model.mro, model.external = order, external
         return order, external
@@ -90,7 +90,8 @@ class ClassReader:
         if isinstance(known, (ast.FunctionDef, ast.AsyncFunctionDef)):
             found = Found(path, _method_kind(known), loc, handle=handle)
         else:
-            found = Found(path, "class" if isinstance(known, ast.ClassDef) else "attribute", loc, handle=handle)
+            kind = FoundKind.CLASS if isinstance(known, ast.ClassDef) else FoundKind.ATTRIBUTE
+            found = Found(path, kind, loc, handle=handle)
         cls.members[name] = found
         return found
 
@@ -101,14 +102,14 @@ class ClassReader:
         first = cls.assigned.first(name)
         if first is not None:
             sub, stmt = first
-            return Found(f"{cls.found.path}.{name}", "instance-attribute", Location(cls.module.relpath, sub.lineno),
-                         handle=Definition(cls.module, sub, cls, stmt))
+            return Found(f"{cls.found.path}.{name}", FoundKind.INSTANCE_ATTRIBUTE,
+                         Location(cls.module.relpath, sub.lineno), handle=Definition(cls.module, sub, cls, stmt))
         slots = self.own_member(cls, "__slots__")
         defined = definition(slots) if slots is not None else None
         value = getattr(defined.node, "value", None) if defined is not None else None
         if defined is not None and isinstance(value, (ast.Tuple, ast.List)) and any(
                 isinstance(e, ast.Constant) and e.value == name for e in value.elts):
-            return Found(f"{cls.found.path}.{name}", "instance-attribute", slots.location,  # type: ignore[union-attr]
+            return Found(f"{cls.found.path}.{name}", FoundKind.INSTANCE_ATTRIBUTE, slots.location,  # type: ignore[union-attr]
                          handle=Definition(cls.module, defined.node, cls))
         return None
 
@@ -203,18 +204,18 @@ def _self_assignments(body: list[ast.stmt]) -> Iterator[tuple[str, ast.stmt, Fun
                     yield target.attr, sub, stmt  # type: ignore[misc]
 
 
-def _method_kind(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+def _method_kind(node: ast.FunctionDef | ast.AsyncFunctionDef) -> FoundKind:
     for deco in node.decorator_list:
         name = ast.unparse(deco.func if isinstance(deco, ast.Call) else deco).rsplit(".", 1)[-1]
         if name in ("property", "cached_property", "cached_property_with_name"):
-            return "property"
+            return FoundKind.PROPERTY
         if name == "classmethod":
-            return "classmethod"
+            return FoundKind.CLASSMETHOD
         if name == "staticmethod":
-            return "staticmethod"
+            return FoundKind.STATICMETHOD
         if name in ("setter", "getter", "deleter"):
-            return "property"
-    return "method"
+            return FoundKind.PROPERTY
+    return FoundKind.METHOD
 
 
 def _c3_merge(sequences: list[list[ClassModel]]) -> list[ClassModel]:

@@ -10,15 +10,30 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from compat.syntax import absolute_module, is_type_checking, parse_source
 
 
+class BindingKind(StrEnum):
+    """What statement binds a module-level name."""
+
+    DEF = "def"
+    """``def name`` (or ``async def``)."""
+    CLASS = "class"
+    """``class name``."""
+    IMPORT = "import"
+    """``from m import name``."""
+    MODULE = "module"
+    """``import m`` (or ``import m as name``)."""
+    ASSIGN = "assign"
+    """``name = ...``, ``name: T = ...`` or another assignment."""
+
+
 @dataclass(frozen=True)
 class Binding:
-    kind: str
-    """def, class, import (``from m import n``), module (``import m``), assign."""
+    kind: BindingKind
     node: ast.AST
     module: str | None = None
     name: str | None = None
@@ -102,18 +117,18 @@ def _collect(info: ModuleInfo, body: list[ast.stmt], out: dict[str, Binding], ty
              runtime: bool) -> None:
     for stmt in body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out[stmt.name] = Binding("def", stmt)
+            out[stmt.name] = Binding(BindingKind.DEF, stmt)
             if stmt.name == "__getattr__" and runtime:
                 info.has_getattr = True
         elif isinstance(stmt, ast.ClassDef):
-            out[stmt.name] = Binding("class", stmt)
+            out[stmt.name] = Binding(BindingKind.CLASS, stmt)
         elif isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 if alias.asname:
-                    out[alias.asname] = Binding("module", stmt, module=alias.name)
+                    out[alias.asname] = Binding(BindingKind.MODULE, stmt, module=alias.name)
                 else:
                     top = alias.name.split(".")[0]
-                    out[top] = Binding("module", stmt, module=top)
+                    out[top] = Binding(BindingKind.MODULE, stmt, module=top)
         elif isinstance(stmt, ast.ImportFrom):
             module = absolute_module(info.name, info.is_package, stmt.level, stmt.module)
             for alias in stmt.names:
@@ -121,14 +136,14 @@ def _collect(info: ModuleInfo, body: list[ast.stmt], out: dict[str, Binding], ty
                     if runtime:
                         info.star_imports.append(module)
                     continue
-                out[alias.asname or alias.name] = Binding("import", stmt, module=module, name=alias.name)
+                out[alias.asname or alias.name] = Binding(BindingKind.IMPORT, stmt, module=module, name=alias.name)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             if isinstance(stmt, ast.AnnAssign) and stmt.value is None:
                 continue
             for target in targets:
                 for name in target_names(target):
-                    out[name] = Binding("assign", stmt)
+                    out[name] = Binding(BindingKind.ASSIGN, stmt)
             value = stmt.value
             if runtime and isinstance(value, ast.Dict):
                 _read_lazy_map(info, value)

@@ -22,8 +22,8 @@ from compat.syntax import module_name
 from compat.vllm.callables import CallableReader
 from compat.vllm.classes import MAX_DEPTH, ClassReader
 from compat.vllm.definitions import ClassModel, Definition, definition
-from compat.vllm.modules import Binding, ModuleInfo, SourceIndex, getattr_names
-from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
+from compat.vllm.modules import Binding, BindingKind, ModuleInfo, SourceIndex, getattr_names
+from compat.vllm.surface import BuildInfo, Found, FoundKind, Lookup, Missing, Unresolved
 from compat.vllm.type_inference import TypeReader
 
 if TYPE_CHECKING:
@@ -49,13 +49,14 @@ class StaticSurface:
     def lookup(self, path: str) -> Lookup:
         parts = path.split(".")
         if not self.index.is_internal(path):
-            return Found(path, "external")
+            return Found(path, FoundKind.EXTERNAL)
         for cut in range(len(parts), 0, -1):
             module = ".".join(parts[:cut])
             info = self.index.module(module)
             if info is None:
                 continue
-            current: Lookup = Found(module, "module", Location(info.relpath, 1), handle=Definition(info, info.tree))
+            current: Lookup = Found(module, FoundKind.MODULE, Location(info.relpath, 1),
+                                    handle=Definition(info, info.tree))
             for name in parts[cut:]:
                 if not isinstance(current, Found):
                     break
@@ -70,7 +71,7 @@ class StaticSurface:
         info = self.index.module(module)
         if info is None:
             if not self.index.is_internal(module):
-                return Found(f"{module}.{name}", "external")
+                return Found(f"{module}.{name}", FoundKind.EXTERNAL)
             return Missing(f"module {module} does not exist in this build")
         binding = info.bindings.get(name)
         if binding is not None:
@@ -78,7 +79,7 @@ class StaticSurface:
         if info.is_package and self.index.exists(f"{module}.{name}"):
             sub = self.index.module(f"{module}.{name}")
             assert sub is not None
-            return Found(sub.name, "module", Location(sub.relpath, 1), handle=Definition(sub, sub.tree))
+            return Found(sub.name, FoundKind.MODULE, Location(sub.relpath, 1), handle=Definition(sub, sub.tree))
         for star in info.star_imports:
             found = self.module_lookup(star, name, depth + 1)
             if isinstance(found, Found):
@@ -90,7 +91,7 @@ class StaticSurface:
             served = getattr_names(info.tree)
             if served is not None and name in served:
                 node = served[name]
-                return Found(f"{module}.{name}", "attribute", Location(info.relpath, node.lineno),
+                return Found(f"{module}.{name}", FoundKind.ATTRIBUTE, Location(info.relpath, node.lineno),
                              handle=Definition(info, node))
             if served is not None:
                 return Missing(f"module {module} has no name '{name}' (its __getattr__ serves only "
@@ -100,12 +101,12 @@ class StaticSurface:
 
     def _from_binding(self, info: ModuleInfo, name: str, binding: Binding, depth: int) -> Lookup:
         node = binding.node
-        if binding.kind == "class":
+        if binding.kind == BindingKind.CLASS:
             return self._class_found(info, node)  # type: ignore[arg-type]
-        if binding.kind == "def":
-            return Found(f"{info.name}.{name}", "function", Location(info.relpath, node.lineno),  # type: ignore[attr-defined]
+        if binding.kind == BindingKind.DEF:
+            return Found(f"{info.name}.{name}", FoundKind.FUNCTION, Location(info.relpath, node.lineno),  # type: ignore[attr-defined]
                          handle=Definition(info, node))
-        if binding.kind == "import":
+        if binding.kind == BindingKind.IMPORT:
             assert binding.module is not None and binding.name is not None
             if self.index.is_internal(binding.module):
                 found = self.module_lookup(binding.module, binding.name, depth + 1)
@@ -113,21 +114,21 @@ class StaticSurface:
                     return Missing(f"{info.name} imports '{binding.name}' from {binding.module}, "
                                    f"which does not have it", found.elsewhere)
                 return found
-            return Found(f"{binding.module}.{binding.name}", "external")
-        if binding.kind == "module":
+            return Found(f"{binding.module}.{binding.name}", FoundKind.EXTERNAL)
+        if binding.kind == BindingKind.MODULE:
             assert binding.module is not None
             target = self.index.module(binding.module)
             if target is None:
-                return Found(binding.module, "external")
-            return Found(target.name, "module", Location(target.relpath, 1),
+                return Found(binding.module, FoundKind.EXTERNAL)
+            return Found(target.name, FoundKind.MODULE, Location(target.relpath, 1),
                          handle=Definition(target, target.tree))
-        if binding.kind == "assign":
+        if binding.kind == BindingKind.ASSIGN:
             value = getattr(node, "value", None)
             if isinstance(value, (ast.Name, ast.Attribute)):
                 aliased = self.resolve_expr(info, value, depth + 1)
                 if isinstance(aliased, Found):
                     return aliased
-            return Found(f"{info.name}.{name}", "attribute", Location(info.relpath, node.lineno),  # type: ignore[attr-defined]
+            return Found(f"{info.name}.{name}", FoundKind.ATTRIBUTE, Location(info.relpath, node.lineno),  # type: ignore[attr-defined]
                          handle=Definition(info, node))
         return Unresolved(f"cannot read binding of {info.name}.{name}")
 
@@ -139,13 +140,13 @@ class StaticSurface:
             if types and expr.id in info.type_bindings:
                 return self._from_binding(info, expr.id, info.type_bindings[expr.id], depth)
             if hasattr(builtins, expr.id):
-                return Found(f"builtins.{expr.id}", "external")
+                return Found(f"builtins.{expr.id}", FoundKind.EXTERNAL)
             return Unresolved(f"'{expr.id}' is not a module-level name of {info.name}")
         if isinstance(expr, ast.Attribute):
             base = self.resolve_expr(info, expr.value, depth, types)
             if isinstance(base, Found):
-                if base.kind == "external":
-                    return Found(f"{base.path}.{expr.attr}", "external")
+                if base.kind == FoundKind.EXTERNAL:
+                    return Found(f"{base.path}.{expr.attr}", FoundKind.EXTERNAL)
                 return self.member(base, expr.attr)
             return base
         if isinstance(expr, ast.Subscript):
@@ -158,7 +159,7 @@ class StaticSurface:
     # ---- classes -------------------------------------------------------------------------
     def _class_found(self, info: ModuleInfo, node: ast.ClassDef, qualname: str | None = None) -> Found:
         path = f"{info.name}.{qualname or node.name}"
-        return Found(path, "class", Location(info.relpath, node.lineno), handle=Definition(info, node))
+        return Found(path, FoundKind.CLASS, Location(info.relpath, node.lineno), handle=Definition(info, node))
 
     def class_model(self, found: Found) -> ClassModel | None:
         """The class ``found`` names, with its bases resolved (``compat.vllm.classes``)."""
@@ -174,11 +175,11 @@ class StaticSurface:
 
     # ---- members -------------------------------------------------------------------------
     def member(self, owner: Found, name: str) -> Lookup:
-        if owner.kind == "module":
+        if owner.kind == FoundKind.MODULE:
             return self.module_lookup(owner.path, name)
-        if owner.kind == "external":
-            return Found(f"{owner.path}.{name}", "external")
-        if owner.kind != "class":
+        if owner.kind == FoundKind.EXTERNAL:
+            return Found(f"{owner.path}.{name}", FoundKind.EXTERNAL)
+        if owner.kind != FoundKind.CLASS:
             return Unresolved(f"{owner.path} is a {owner.kind}; its attributes are not known statically")
         model = self.class_model(owner)
         if model is None:
@@ -205,10 +206,10 @@ class StaticSurface:
     def member_names(self, owner: Found) -> tuple[str, ...]:
         """Names reachable on a class (class body and instance attributes along the MRO) or module."""
         defined = definition(owner)
-        if owner.kind == "module" and defined is not None:
+        if owner.kind == FoundKind.MODULE and defined is not None:
             info = defined.module
             return tuple(sorted(set(info.bindings) | set(info.lazy)))
-        model = self.class_model(owner) if owner.kind == "class" else None
+        model = self.class_model(owner) if owner.kind == FoundKind.CLASS else None
         if model is None:
             return ()
         return tuple(sorted(self.classes.member_names(model)))

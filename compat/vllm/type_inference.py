@@ -18,7 +18,7 @@ from compat.vllm import forwarding
 from compat.vllm.classes import ClassReader, class_body, flatten, self_name
 from compat.vllm.definitions import ClassModel, Reading, definition
 from compat.vllm.modules import ModuleInfo
-from compat.vllm.surface import Found, Lookup, Missing, Unresolved
+from compat.vllm.surface import Found, FoundKind, Lookup, Missing, Unresolved
 
 MAX_VALUE_DEPTH = 6
 """How many steps (a parameter, a local, an attribute, a call) a value is followed before its class is unknown."""
@@ -34,13 +34,13 @@ class TypeReader:
         """(class, attribute) pairs whose earlier value is being read (a value built from itself stops there)."""
 
     def result_type(self, obj: Found, through: Found | None = None) -> Lookup:
-        if obj.kind == "class":
+        if obj.kind == FoundKind.CLASS:
             return obj
         defined = definition(obj)
-        if obj.kind in ("function", "method", "classmethod", "staticmethod", "property") and defined is not None \
-                and defined.function is not None:
+        if obj.kind in (FoundKind.FUNCTION, FoundKind.METHOD, FoundKind.CLASSMETHOD, FoundKind.STATICMETHOD,
+                        FoundKind.PROPERTY) and defined is not None and defined.function is not None:
             returns = defined.function.returns
-            own = through if through is not None and through.kind == "class" else \
+            own = through if through is not None and through.kind == FoundKind.CLASS else \
                 defined.owner.found if defined.owner is not None else None
             if own is not None and (_names_self_type(returns) or returns is None and _returns_own_instance(
                     defined.function, obj.kind)):
@@ -49,7 +49,7 @@ class TypeReader:
                 return Unresolved(f"{obj.path} has no return annotation")
             return self.annotation_class(defined.module, returns)
         return Unresolved(f"{obj.path} is a {obj.kind}; calling it is not understood statically",
-                          outside=obj.kind == "external")
+                          outside=obj.kind == FoundKind.EXTERNAL)
 
     def attribute_type(self, owner: Found, name: str) -> Lookup:
         found = self.reading.member(owner, name)
@@ -59,10 +59,10 @@ class TypeReader:
         derived = self._derived_assignment(owner, found, defined)
         if derived is not None:
             return derived
-        if found.kind == "property":
+        if found.kind == FoundKind.PROPERTY:
             return self.result_type(found)
-        class_attribute = found.kind == "attribute" and defined is not None and defined.owner is not None
-        module_attribute = found.kind == "attribute" and defined is not None and defined.owner is None \
+        class_attribute = found.kind == FoundKind.ATTRIBUTE and defined is not None and defined.owner is not None
+        module_attribute = found.kind == FoundKind.ATTRIBUTE and defined is not None and defined.owner is None \
             and defined.method is None  # `_TP: GroupCoordinator | None = None` at module level
         if defined is not None and (class_attribute or module_attribute or defined.method is not None):
             stmt = defined.node
@@ -70,16 +70,16 @@ class TypeReader:
                 return self.annotation_class(defined.module, stmt.annotation)
             return self._value_class(defined.module, getattr(stmt, "value", None), defined.method, defined.owner,
                                      target=name if defined.method is not None else None)
-        if found.kind == "class":
+        if found.kind == FoundKind.CLASS:
             return found
-        return Unresolved(f"the type of {found.path} is not declared", outside=found.kind == "external")
+        return Unresolved(f"the type of {found.path} is not declared", outside=found.kind == FoundKind.EXTERNAL)
 
     def _derived_assignment(self, owner: Found, found: Found, defined: Any) -> Found | None:
         """The class a subclass's own code assigns to an attribute a base class annotates (``impl:
         AttentionImpl`` on ``AttentionLayerBase``, ``self.impl = impl_cls(...)`` with ``impl_cls = cast(
         type[MLAAttentionImpl], ...)`` in ``MLAAttention``): the object is that class, not the annotation's."""
-        if found.kind != "attribute" or defined is None or defined.owner is None or owner.kind != "class" or \
-                not isinstance(defined.node, ast.AnnAssign):
+        if found.kind != FoundKind.ATTRIBUTE or defined is None or defined.owner is None or \
+                owner.kind != FoundKind.CLASS or not isinstance(defined.node, ast.AnnAssign):
             return None
         model = self.classes.model(owner)
         if model is None:
@@ -92,7 +92,7 @@ class TypeReader:
             if held is not None and held.method is not None and isinstance(held.node, ast.Assign):
                 value = self._value_class(held.module, held.node.value, held.method, held.owner)
                 declared = self.annotation_class(defined.module, defined.node.annotation)
-                if isinstance(value, Found) and value.kind == "class" and (
+                if isinstance(value, Found) and value.kind == FoundKind.CLASS and (
                         not isinstance(declared, Found) or declared.path != value.path):
                     return value
                 return None
@@ -112,10 +112,10 @@ class TypeReader:
             return self.annotation_class(info, value.args[0])  # typing.cast(T, v): what the code says v is
         if isinstance(value, ast.Call):
             callee, through = self._callee(info, value, method, owner, depth + 1)
-            if isinstance(callee, Found) and callee.kind == "class":
+            if isinstance(callee, Found) and callee.kind == FoundKind.CLASS:
                 return self._built(info, value, callee, function, owner, depth, target)
             if isinstance(callee, Found):
-                return self.result_type(callee, through) if callee.kind != "external" else Unresolved(
+                return self.result_type(callee, through) if callee.kind != FoundKind.EXTERNAL else Unresolved(
                     f"built by {callee.path}, outside the build", outside=True)
             return callee
         if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):  # `model or loader.load_model(...)`
@@ -142,7 +142,7 @@ class TypeReader:
             base = self._value_class(info, value.value, method, owner, depth + 1)
             if not isinstance(base, Found):
                 return base
-            found = self.attribute_type(base, value.attr) if base.kind == "class" else \
+            found = self.attribute_type(base, value.attr) if base.kind == FoundKind.CLASS else \
                 self.reading.member(base, value.attr)
             if isinstance(found, Missing):
                 # vLLM's own code reads it, so the object is more than the declared class says (an interface).
@@ -160,9 +160,10 @@ class TypeReader:
             return self.reading.resolve_expr(info, call.func), None
         if isinstance(call.func, ast.Attribute):
             base = self._value_class(info, call.func.value, method, owner, depth)
-            member = self.reading.member(base, call.func.attr) if isinstance(base, Found) and base.kind == "class" \
-                else None
-            if isinstance(member, Found) and member.kind in ("method", "classmethod", "staticmethod", "function"):
+            member = self.reading.member(base, call.func.attr) if isinstance(base, Found) and \
+                base.kind == FoundKind.CLASS else None
+            if isinstance(member, Found) and member.kind in (FoundKind.METHOD, FoundKind.CLASSMETHOD,
+                                                             FoundKind.STATICMETHOD, FoundKind.FUNCTION):
                 return member, base  # type: ignore[return-value]
         return self._value_class(info, call.func, method, owner, depth), None
 
@@ -191,8 +192,8 @@ class TypeReader:
             if len(options) == 1:
                 return self.annotation_class(info, options[0])
             found = [self.annotation_class(info, o) for o in options]
-            outside = all(isinstance(f, Found) and f.kind == "external" or isinstance(f, Unresolved) and f.outside
-                          for f in found)
+            outside = all(isinstance(f, Found) and f.kind == FoundKind.EXTERNAL or
+                          isinstance(f, Unresolved) and f.outside for f in found)
             return Unresolved(f"annotation {ast.unparse(annotation)} names several types", outside=outside)
         if isinstance(annotation, ast.Subscript):
             head = ast.unparse(annotation.value).rsplit(".", 1)[-1]
@@ -205,7 +206,7 @@ class TypeReader:
                 return self.annotation_class(info, inner)
             return Unresolved(f"annotation {ast.unparse(annotation)} is a container type", outside=True)
         found = self.reading.resolve_expr(info, annotation, types=True)
-        if isinstance(found, Found) and found.kind not in ("class", "external"):
+        if isinstance(found, Found) and found.kind not in (FoundKind.CLASS, FoundKind.EXTERNAL):
             return Unresolved(f"annotation {ast.unparse(annotation)} is not a class")
         if isinstance(found, Found) and found.path in ("typing.Any", "typing_extensions.Any", "builtins.object"):
             return Unresolved(f"annotation {ast.unparse(annotation)} says nothing of the type", outside=True)
@@ -264,7 +265,7 @@ class TypeReader:
         """``call`` builds a forwarding wrapper around ``self.<name>`` itself."""
         callee, _ = self._callee(cls.module, call, method, cls, depth + 1)
         argument = self._forwarded_argument(call, callee) if isinstance(callee, Found) and \
-            callee.kind == "class" else None
+            callee.kind == FoundKind.CLASS else None
         return argument is not None and forwarding.self_attribute(argument, self_name(method) or "") == name
 
 
@@ -289,11 +290,11 @@ def _names_self_type(annotation: ast.expr | None) -> bool:
     return annotation is not None and ast.unparse(annotation).rsplit(".", 1)[-1] == "Self"
 
 
-def _returns_own_instance(function: ast.FunctionDef | ast.AsyncFunctionDef, kind: str) -> bool:
+def _returns_own_instance(function: ast.FunctionDef | ast.AsyncFunctionDef, kind: FoundKind) -> bool:
     """Every ``return`` of the function gives an instance of its own class: ``cls(...)`` in a classmethod (directly or
     through a local assigned only from it), or ``self`` in a method."""
     params = function.args.posonlyargs + function.args.args
-    if kind not in ("classmethod", "method") or not params:
+    if kind not in (FoundKind.CLASSMETHOD, FoundKind.METHOD) or not params:
         return False
     first = params[0].arg
     made: dict[str, bool] = {}
@@ -301,7 +302,7 @@ def _returns_own_instance(function: ast.FunctionDef | ast.AsyncFunctionDef, kind
     for node in walk_shallow(function):
         if isinstance(node, ast.Assign):
             built = isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and \
-                node.value.func.id == first and kind == "classmethod"
+                node.value.func.id == first and kind == FoundKind.CLASSMETHOD
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     made[target.id] = made.get(target.id, True) and built
@@ -310,8 +311,8 @@ def _returns_own_instance(function: ast.FunctionDef | ast.AsyncFunctionDef, kind
 
     def own(value: ast.expr | None) -> bool:
         if isinstance(value, ast.Name):
-            return value.id == first if kind == "method" else made.get(value.id, False)
-        return kind == "classmethod" and isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and \
+            return value.id == first if kind == FoundKind.METHOD else made.get(value.id, False)
+        return kind == FoundKind.CLASSMETHOD and isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and \
             value.func.id == first
 
     return bool(returned) and all(own(value) for value in returned)
