@@ -10,6 +10,7 @@ vLLM's ``@config``, ``msgspec.Struct``, ``NamedTuple`` and pydantic ``BaseModel`
 from __future__ import annotations
 
 import ast
+from enum import StrEnum
 
 from compat.signature import Parameter, ParamKind, Signature
 from compat.syntax import FunctionNode, annotation_text, from_def
@@ -36,6 +37,19 @@ EXTERNAL_INIT = {
                                      Parameter("kwargs", ParamKind.VAR_KEYWORD))),
 }
 _MAX_DEPTH = 12
+
+
+class Flavour(StrEnum):
+    """Which synthesised ``__init__`` a class gets (``CallableReader.dataclass_flavour``)."""
+
+    DATACLASS = "dataclass"
+    """``dataclasses``, pydantic dataclasses or a ``dataclass_transform`` decorator such as vLLM's ``@config``."""
+    STRUCT = "struct"
+    """A ``msgspec.Struct``."""
+    NAMEDTUPLE = "namedtuple"
+    """A ``typing.NamedTuple``."""
+    MODEL = "model"
+    """A pydantic ``BaseModel``."""
 
 
 class CallableReader:
@@ -215,32 +229,32 @@ class CallableReader:
         flavour = self.dataclass_flavour(model, external)
         if flavour is None:
             return None
-        if flavour == "dataclass" and self.surface.own_member(model, "__init__") is not None:
+        if flavour == Flavour.DATACLASS and self.surface.own_member(model, "__init__") is not None:
             return None
         options = self._decorator_options(model)
         if options.get("init") is False:
             return None
         fields = self.fields(model, order, external, flavour)
-        kw_only_all = bool(options.get("kw_only")) or flavour == "model" or (
-            flavour == "struct" and self._struct_kw_only(order))
+        kw_only_all = bool(options.get("kw_only")) or flavour == Flavour.MODEL or (
+            flavour == Flavour.STRUCT and self._struct_kw_only(order))
         positional = [f for f in fields if not (kw_only_all or f[2])]
         keyword = [f for f in fields if kw_only_all or f[2]]
         params = [Parameter(n, ParamKind.POSITIONAL_OR_KEYWORD, d is not None, d, a) for n, a, _, d in positional]
         params += [Parameter(n, ParamKind.KEYWORD_ONLY, d is not None, d, a) for n, a, _, d in keyword]
-        if flavour == "model" and self._model_allows_extra(order):
+        if flavour == Flavour.MODEL and self._model_allows_extra(order):
             params.append(Parameter("data", ParamKind.VAR_KEYWORD))
-        return Signature(tuple(params), "None" if flavour in ("dataclass", "model") else None)
+        return Signature(tuple(params), "None" if flavour in (Flavour.DATACLASS, Flavour.MODEL) else None)
 
-    def dataclass_flavour(self, model: ClassModel, external: list[str]) -> str | None:
+    def dataclass_flavour(self, model: ClassModel, external: list[str]) -> Flavour | None:
         for deco in model.node.decorator_list:
             if self._is_dataclass_decorator(model.module, deco):
-                return "dataclass"
+                return Flavour.DATACLASS
         if any(b in STRUCT_BASES for b in external):
-            return "struct"
+            return Flavour.STRUCT
         if any(b in NAMEDTUPLE_BASES for b in external):
-            return "namedtuple"
+            return Flavour.NAMEDTUPLE
         if any(b in MODEL_BASES for b in external):
-            return "model"
+            return Flavour.MODEL
         return None
 
     def _is_dataclass_decorator(self, info: ModuleInfo, deco: ast.expr) -> bool:
@@ -284,7 +298,7 @@ class CallableReader:
         return False
 
     def fields(self, model: ClassModel, order: list[ClassModel], external: list[str],
-               flavour: str) -> list[tuple[str, str | None, bool, str | None]]:
+               flavour: Flavour) -> list[tuple[str, str | None, bool, str | None]]:
         """(name, annotation, kw_only, default) of every init field, bases first (dataclass order)."""
         collected: dict[str, tuple[str, str | None, bool, str | None]] = {}
         for cls in reversed(order):
