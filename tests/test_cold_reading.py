@@ -13,8 +13,9 @@ from pathlib import Path
 
 from compat.facts.defaults import _lines
 from compat.syntax import collector_paused
+from compat.vllm.classes import _self_assignments
 from compat.vllm.definitions import SelfAssignments
-from compat.vllm.static import StaticSurface, _self_assignments
+from compat.vllm.static import StaticSurface
 from compat.vllm.surface import BuildInfo, Found
 
 

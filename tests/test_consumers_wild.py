@@ -617,7 +617,7 @@ def test_a_module_getattr_serving_fixed_names_is_read(build):
 def test_which_names_a_module_getattr_serves():
     import ast
 
-    from compat.vllm.static import _getattr_names  # noqa: PLC2701 - the parsing logic, on small fixtures
+    from compat.vllm.modules import getattr_names as _getattr_names
 
     fixed = ast.parse("def __getattr__(name):\n    if name in ('a', 'b'):\n        return 1\n"
                       "    elif name in globals():\n        return globals()[name]\n    raise AttributeError(name)\n")

@@ -202,7 +202,7 @@ def test_bisect_names_the_first_bad_commit_with_its_hunk(tmp_path, capsys):
 def test_bisect_refuses_endpoints_that_do_not_bracket_a_breakage(speculators):
     judge = bisection.Judge(speculators, AuditOptions(confirm="never"),
                             f"call|vllm.v1.request.Request|{GENERATOR}:234", lambda v: v)
-    with pytest.raises(bisection.Verdict):
+    with pytest.raises(bisection.NotBracketed):
         bisection.bisect(["0.11.0", "0.11.1"], judge)
 
 

@@ -9,6 +9,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 
 from compat.audit import allowlist
@@ -27,6 +28,13 @@ from compat.vllm.builds import OpenedBuild, open_build
 from compat.vllm.surface import Found, Lookup, Missing, Surface
 
 DEFAULT_CONSUMER = "speculators==0.3.0"
+
+
+class WrittenFor(Enum):
+    """``Auditor.run``'s default for the build the consumer was written for: none passed by the caller."""
+
+    FROM_OPTIONS = "from options"
+    """The one ``AuditOptions.written_for`` names (``auto``: the consumer's own pin; None: no reference)."""
 
 
 @dataclass(frozen=True)
@@ -73,11 +81,12 @@ class Auditor:
         return resolve_pin(scan, lambda: index.releases(self.options.target))
 
     def run(self, scan: Scan | None = None, opened: OpenedBuild | None = None,
-            written_for: Surface | None | str = "auto") -> AuditResult:
+            written_for: Surface | None | WrittenFor = WrittenFor.FROM_OPTIONS) -> AuditResult:
         with collector_paused():  # the parse trees it builds would be walked again and again, for nothing
             return self._run(scan, opened, written_for)
 
-    def _run(self, scan: Scan | None, opened: OpenedBuild | None, written_for: Surface | None | str) -> AuditResult:
+    def _run(self, scan: Scan | None, opened: OpenedBuild | None,
+             written_for: Surface | None | WrittenFor) -> AuditResult:
         scan = scan or self.scan_consumer()
         opened = opened or open_build(self.options.vllm, self.options.target, self.options.vllm_version)
         surface = opened.surface
@@ -86,7 +95,7 @@ class Auditor:
             dirs = sorted({path.rsplit("/", 1)[0] + "/" if "/" in path else path for path in scan.left_out})
             notes.append(f"{len(scan.left_out)} files left out, not shipped by the consumer (tests, examples, docs): "
                          f"{', '.join(dirs[:6])}{' ...' if len(dirs) > 6 else ''}; --all-files audits them")
-        reference = self._written_for(scan, surface, notes) if written_for == "auto" else written_for
+        reference = self._written_for(scan, surface, notes) if written_for is WrittenFor.FROM_OPTIONS else written_for
         installed = opened.installed  # read statically or imported: the confirmation's engines run it either way
         if self.options.confirm == "always" and not installed:
             notes.append("--confirm always: runtime confirmation needs the installed vLLM (--vllm installed, or no "

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from compat.consumer.guards import All, Any_, Const, GuardExpr, HasAttr, Not, Opaque, Unevaluated, VersionCmp
-from compat.consumer.helpers import (
+from compat.consumer.values import Lit, Local, Sym, Value, VersionValue
+from compat.consumer.version_helpers import (
     Distributions,
     Function,
     HelperRun,
@@ -24,7 +25,6 @@ from compat.consumer.helpers import (
     Unknown,
     truth,
 )
-from compat.consumer.values import Lit, Local, Sym, Value, VersionValue
 from compat.syntax import FunctionNode, called_name
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ class ConditionReader:
         return self._inline_helper(node, env, depth)
 
     def _inline_helper(self, node: ast.Call, env: dict[str, Any], depth: int) -> Any:
-        """A consumer helper, run for the default build with the call's arguments (``compat.consumer.helpers``).
+        """A consumer helper, run for the default build with the call's arguments (``compat.consumer.version_helpers``).
         When the run cannot tell its result and the helper reads the target's version, the condition is
         ``Unevaluated``: code under it is then neither run nor skipped for certain."""
         if depth >= _MAX_INLINE_DEPTH:

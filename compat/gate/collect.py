@@ -16,7 +16,7 @@ from compat.report.escaping import escaped
 Key = tuple[str, int | None]
 """A file (index None), a sample of a list file (its index), or a dataset (its directory or its
 ``data_config.json``, index None)."""
-Found = dict[Key, list[tuple[str, RuleFinding]]]
+RuleResults = dict[Key, list[tuple[str, RuleFinding]]]
 """Per file or sample, (rule name, finding) in the order the rules ran."""
 
 
@@ -59,7 +59,7 @@ def _finding(root: str, key: Key, rule: str, f: RuleFinding) -> Finding:
                    place=Place(rel, sample=key[1]))
 
 
-def collect(views: list[FileView], found: Found, ignore: frozenset[str], root: Path) -> list[Finding]:
+def collect(views: list[FileView], found: RuleResults, ignore: frozenset[str], root: Path) -> list[Finding]:
     """Every dataset's findings, then every file's: the file's own first, then each sample's of a list file."""
     top = str(root)  # a str: where() would convert a Path for every finding
     files = {view.path for view in views}

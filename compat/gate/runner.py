@@ -31,7 +31,7 @@ from typing import Any
 from compat.errors import CompatError
 from compat.findings import Status
 from compat.gate import expect
-from compat.gate.collect import Found, Key, collect, where
+from compat.gate.collect import Key, RuleResults, collect, where
 from compat.gate.consistency import Standing, compare_samples
 from compat.gate.datasets import LayoutOutlier, layout_outliers, unused_masks
 from compat.gate.discover import discover
@@ -82,7 +82,7 @@ def _expectations(options: GateOptions,
                         model_flag="--model" if options.model else "--reference")
 
 
-def _judge(phase: Phase, subjects: Subjects, found: Found) -> list[Key]:
+def _judge(phase: Phase, subjects: Subjects, found: RuleResults) -> list[Key]:
     """Run ``phase``'s checks over its subjects into ``found``; the samples a finding asks to skip."""
     phase_checks = checks(phase)
     skip: list[Key] = []
@@ -160,7 +160,7 @@ def _measures_values(options: GateOptions) -> bool:
     return options.values or options.reference is not None
 
 
-def _dataset_subjects(scanned: list[tuple[str, FileValues]], found: Found, contexts: dict[Layout, Context],
+def _dataset_subjects(scanned: list[tuple[str, FileValues]], found: RuleResults, contexts: dict[Layout, Context],
                       root: Path) -> tuple[Subjects, dict[Key, Standing], dict]:
     """Phase.DATASET: each measured sample nothing has failed yet, against the others of its dataset (the samples
     of its layout in its directory: two models' datasets side by side are not compared with each other)."""
@@ -180,7 +180,7 @@ def _dataset_subjects(scanned: list[tuple[str, FileValues]], found: Found, conte
     return subjects, standings, summaries
 
 
-def _confirmed(found: Found) -> None:
+def _confirmed(found: RuleResults) -> None:
     """A sample the dataset comparison set apart that HF transformers reproduces is right: its finding is kept,
     allowed."""
     for pairs in found.values():
@@ -225,7 +225,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     by_layout = _by_layout(exp, samples, misplaced)
     contexts = {layout: Context(e, options) for layout, e in by_layout.items()}
     base = Context(exp, options)
-    found: Found = {}
+    found: RuleResults = {}
     _judge(Phase.READ, chain(_read_subjects(views, base, contexts),
                              _dataset_read_subjects(conflicts, outliers, base, contexts)), found)
     _judge(Phase.HEADER, _header_subjects(samples, base, contexts, misplaced), found)

@@ -36,7 +36,7 @@ from compat.vllm.builds import open_build
 
 
 @dataclass(frozen=True)
-class Probe:
+class Trial:
     """One build tried: its name, the touchpoint's finding there (None: the touchpoint is not there)."""
 
     build: str
@@ -88,34 +88,34 @@ def resolve(wanted: str, keys: list[str]) -> tuple[str, bool]:
                      nearest)
 
 
-def bisect(builds: list[str], judge: Callable[[str], Probe]) -> tuple[Probe, Probe, list[Probe]]:
+def bisect(builds: list[str], judge: Callable[[str], Trial]) -> tuple[Trial, Trial, list[Trial]]:
     """The first bad build of ``builds`` (oldest first; the first is good, the last bad) by bisection: (last good,
     first bad, every build tried)."""
-    tried: list[Probe] = []
+    tried: list[Trial] = []
 
-    def ask(i: int) -> Probe:
-        probe = judge(builds[i])
-        tried.append(probe)
-        return probe
+    def ask(i: int) -> Trial:
+        trial = judge(builds[i])
+        tried.append(trial)
+        return trial
 
     good, bad = ask(0), ask(len(builds) - 1)
     if good.bad:
-        raise Verdict(f"{builds[0]} is not good for this touchpoint: {good.finding.message}")  # type: ignore[union-attr]
+        raise NotBracketed(f"{builds[0]} is not good for this touchpoint: {good.finding.message}")  # type: ignore[union-attr]
     if not bad.bad:
         state = bad.finding.status.value if bad.finding else "not there"
-        raise Verdict(f"{builds[-1]} is not bad for this touchpoint ({state})")
+        raise NotBracketed(f"{builds[-1]} is not bad for this touchpoint ({state})")
     lo, hi = 0, len(builds) - 1
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        probe = ask(mid)
-        if probe.bad:
-            hi, bad = mid, probe
+        trial = ask(mid)
+        if trial.bad:
+            hi, bad = mid, trial
         else:
-            lo, good = mid, probe
+            lo, good = mid, trial
     return good, bad, tried
 
 
-class Verdict(CompatError):
+class NotBracketed(CompatError):
     """The endpoints do not bracket a breakage."""
 
     exit_code = 1
@@ -140,10 +140,10 @@ class Judge:
         """The row keys of these builds' findings, sorted."""
         return sorted({key_of(f) for build in builds for f in self.findings(build)})
 
-    def __call__(self, build: str) -> Probe:
+    def __call__(self, build: str) -> Trial:
         found = [f for f in self.findings(build) if key_of(f) == self.touchpoint]
         bad = [f for f in found if policy.fails(f.status, self.fail_on)]
-        return Probe(build, (bad or found or [None])[0], self.fail_on)
+        return Trial(build, (bad or found or [None])[0], self.fail_on)
 
 
 # ---- git ---------------------------------------------------------------------------------------
@@ -241,21 +241,21 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     judge.touchpoint = key
     try:
-        good_probe, bad_probe, tried = bisect(builds, judge)
-    except Verdict as exc:
+        good_trial, bad_trial, tried = bisect(builds, judge)
+    except NotBracketed as exc:
         print(f"compat.bisect: {exc}", file=sys.stderr)
         return exc.exit_code
-    finding = bad_probe.finding
+    finding = bad_trial.finding
     assert finding is not None
-    print(f"first bad: {bad_probe.build}" + (f" (last good: {good_probe.build})"))
+    print(f"first bad: {bad_trial.build}" + (f" (last good: {good_trial.build})"))
     if args.repo:
-        subject = _git(args.repo, "log", "-1", "--format=%s", bad_probe.build).strip()
-        print(f"commit {bad_probe.build} {subject}")
+        subject = _git(args.repo, "log", "-1", "--format=%s", bad_trial.build).strip()
+        print(f"commit {bad_trial.build} {subject}")
     print(f"touchpoint: {finding.check} {finding.touchpoint or finding.symbol} at {finding.consumer_location}")
     print(f"{finding.status.value}: {finding.message}")
     print(f"builds audited: {len(tried)} of {len(builds)}")
     if args.repo:
-        print(hunk(args.repo, good_probe.build, bad_probe.build, finding))
+        print(hunk(args.repo, good_trial.build, bad_trial.build, finding))
     return 0
 
 

@@ -17,7 +17,7 @@ from compat.errors import CompatError
 from compat.vllm.cached import CachedSurface
 from compat.vllm.runtime import RuntimeSurface, VllmImportError, installed_root
 from compat.vllm.static import StaticSurface
-from compat.vllm.surface import BuildInfo, Surface
+from compat.vllm.surface import BuildInfo, ReadingMethod, Surface
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def static_surface(tree: sources.SourceTree, package: str) -> CachedSurface:
     if not (tree.root / package / "__init__.py").exists():
         raise CompatError(f"{tree.origin}: no '{package}' package found under {tree.root}")
     version = tree.version or tree_version(tree.root, package)
-    build = BuildInfo(package, version, tree.origin, "static", str(tree.root))
+    build = BuildInfo(package, version, tree.origin, ReadingMethod.STATIC, str(tree.root))
     return CachedSurface(StaticSurface(tree.root, build, package))
 
 

@@ -21,7 +21,7 @@ from compat.location import Location
 from compat.signature import Parameter, ParamKind, Signature
 from compat.vllm.definitions import definition
 from compat.vllm.static import StaticSurface
-from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
+from compat.vllm.surface import BuildInfo, Found, FoundKind, Lookup, Missing, Unresolved
 
 FORMAT = 6
 T = TypeVar("T")
@@ -58,7 +58,8 @@ def _decode(data: Any) -> Any:
     kind = data["t"]
     if kind == "found":
         loc = Location(*data["loc"]) if data["loc"] else None
-        return Found(data["path"], data["kind"], loc, wraps=_decode(data["wraps"]) if "wraps" in data else None)
+        return Found(data["path"], FoundKind(data["kind"]), loc,
+                     wraps=_decode(data["wraps"]) if "wraps" in data else None)
     if kind == "missing":
         return Missing(data["reason"], tuple(data["elsewhere"]))
     if kind == "unresolved":
@@ -126,7 +127,7 @@ class CachedSurface:
 
     def _live(self, found: Found) -> Lookup:
         """A Found from the memo carries no parse tree; read it again when a question needs one."""
-        if definition(found) is not None or found.kind == "external":
+        if definition(found) is not None or found.kind == FoundKind.EXTERNAL:
             return found
         live = self.inner.lookup(found.path)
         if found.wraps is not None and isinstance(live, Found):

@@ -10,12 +10,13 @@ vLLM's ``@config``, ``msgspec.Struct``, ``NamedTuple`` and pydantic ``BaseModel`
 from __future__ import annotations
 
 import ast
+from enum import StrEnum
 
 from compat.signature import Parameter, ParamKind, Signature
 from compat.syntax import FunctionNode, annotation_text, from_def
 from compat.vllm.definitions import ClassModel, Reading, definition
-from compat.vllm.modules import ModuleInfo
-from compat.vllm.surface import Found, Unresolved
+from compat.vllm.modules import BindingKind, ModuleInfo
+from compat.vllm.surface import Found, FoundKind, Unresolved
 
 DATACLASS_DECORATORS = {"dataclasses.dataclass", "pydantic.dataclasses.dataclass"}
 TRANSFORM_MARKERS = {"typing.dataclass_transform", "typing_extensions.dataclass_transform"}
@@ -38,18 +39,31 @@ EXTERNAL_INIT = {
 _MAX_DEPTH = 12
 
 
+class Flavour(StrEnum):
+    """Which synthesised ``__init__`` a class gets (``CallableReader.dataclass_flavour``)."""
+
+    DATACLASS = "dataclass"
+    """``dataclasses``, pydantic dataclasses or a ``dataclass_transform`` decorator such as vLLM's ``@config``."""
+    STRUCT = "struct"
+    """A ``msgspec.Struct``."""
+    NAMEDTUPLE = "namedtuple"
+    """A ``typing.NamedTuple``."""
+    MODEL = "model"
+    """A pydantic ``BaseModel``."""
+
+
 class CallableReader:
     def __init__(self, surface: Reading) -> None:
         self.surface = surface
 
     # ---- entry point ---------------------------------------------------------------------
     def signature(self, obj: Found) -> Signature | Unresolved:
-        if obj.kind == "class":
+        if obj.kind == FoundKind.CLASS:
             model = self.surface.class_model(obj)
             if model is None:
                 return Unresolved(f"cannot read class {obj.path}")
             return self.constructor(model)
-        if obj.kind == "external":
+        if obj.kind == FoundKind.EXTERNAL:
             return Unresolved(f"{obj.path} is outside the build", outside=True)
         defined = definition(obj)
         if defined is None or defined.function is None:
@@ -58,7 +72,7 @@ class CallableReader:
         if isinstance(sig, Unresolved):
             return sig
         sig = self._literal_defaults(sig, defined.owner, defined.module)
-        if obj.kind in ("method", "classmethod", "property"):
+        if obj.kind in (FoundKind.METHOD, FoundKind.CLASSMETHOD, FoundKind.PROPERTY):
             sig = sig.drop_first()
         return self.forwarded(defined.module, defined.function, sig) or sig
 
@@ -77,7 +91,8 @@ class CallableReader:
         if len(calls) != 1:
             return None
         target = self.surface.resolve_expr(info, calls[0].func)
-        if not isinstance(target, Found) or target.kind not in ("class", "function", "staticmethod"):
+        if not isinstance(target, Found) or \
+                target.kind not in (FoundKind.CLASS, FoundKind.FUNCTION, FoundKind.STATICMETHOD):
             return None
         inner = self.signature(target)
         if isinstance(inner, Unresolved):
@@ -105,12 +120,12 @@ class CallableReader:
         if name in KEEPS_SIGNATURE or name == "overload":
             return sig
         resolved = self.surface.resolve_expr(info, target)
-        if not isinstance(resolved, Found) or resolved.kind == "external":
+        if not isinstance(resolved, Found) or resolved.kind == FoundKind.EXTERNAL:
             # Decorators from other libraries (torch, functools, typing...) keep signatures
             # through functools.wraps as a rule; say so when they are not known.
             return sig
         defined = definition(resolved)
-        if resolved.kind != "function" or depth > _MAX_DEPTH or defined is None or defined.function is None:
+        if resolved.kind != FoundKind.FUNCTION or depth > _MAX_DEPTH or defined is None or defined.function is None:
             return Unresolved(f"decorated by {ast.unparse(target)}, which the static reading cannot follow")
         deco_info, deco_node = defined.module, defined.function
         if isinstance(deco, ast.Call) and not _partial_of_itself(deco_node):
@@ -155,7 +170,7 @@ class CallableReader:
                                                         [*value.args, *(k.value for k in value.keywords)])):
                 return False
             target = self.surface.resolve_expr(info, _from_table(info, node, value.func) or value.func)
-            defined = definition(target) if isinstance(target, Found) and target.kind == "function" else None
+            defined = definition(target) if isinstance(target, Found) and target.kind == FoundKind.FUNCTION else None
             if defined is None or defined.function is None:
                 return False
             keeps = self._wrapper_signature(defined.module, defined.function, Signature(()), target.path, depth + 1)
@@ -214,32 +229,32 @@ class CallableReader:
         flavour = self.dataclass_flavour(model, external)
         if flavour is None:
             return None
-        if flavour == "dataclass" and self.surface.own_member(model, "__init__") is not None:
+        if flavour == Flavour.DATACLASS and self.surface.own_member(model, "__init__") is not None:
             return None
         options = self._decorator_options(model)
         if options.get("init") is False:
             return None
         fields = self.fields(model, order, external, flavour)
-        kw_only_all = bool(options.get("kw_only")) or flavour == "model" or (
-            flavour == "struct" and self._struct_kw_only(order))
+        kw_only_all = bool(options.get("kw_only")) or flavour == Flavour.MODEL or (
+            flavour == Flavour.STRUCT and self._struct_kw_only(order))
         positional = [f for f in fields if not (kw_only_all or f[2])]
         keyword = [f for f in fields if kw_only_all or f[2]]
         params = [Parameter(n, ParamKind.POSITIONAL_OR_KEYWORD, d is not None, d, a) for n, a, _, d in positional]
         params += [Parameter(n, ParamKind.KEYWORD_ONLY, d is not None, d, a) for n, a, _, d in keyword]
-        if flavour == "model" and self._model_allows_extra(order):
+        if flavour == Flavour.MODEL and self._model_allows_extra(order):
             params.append(Parameter("data", ParamKind.VAR_KEYWORD))
-        return Signature(tuple(params), "None" if flavour in ("dataclass", "model") else None)
+        return Signature(tuple(params), "None" if flavour in (Flavour.DATACLASS, Flavour.MODEL) else None)
 
-    def dataclass_flavour(self, model: ClassModel, external: list[str]) -> str | None:
+    def dataclass_flavour(self, model: ClassModel, external: list[str]) -> Flavour | None:
         for deco in model.node.decorator_list:
             if self._is_dataclass_decorator(model.module, deco):
-                return "dataclass"
+                return Flavour.DATACLASS
         if any(b in STRUCT_BASES for b in external):
-            return "struct"
+            return Flavour.STRUCT
         if any(b in NAMEDTUPLE_BASES for b in external):
-            return "namedtuple"
+            return Flavour.NAMEDTUPLE
         if any(b in MODEL_BASES for b in external):
-            return "model"
+            return Flavour.MODEL
         return None
 
     def _is_dataclass_decorator(self, info: ModuleInfo, deco: ast.expr) -> bool:
@@ -250,7 +265,7 @@ class CallableReader:
         if resolved.path in DATACLASS_DECORATORS:
             return True
         defined = definition(resolved)
-        if resolved.kind == "function" and defined is not None and defined.function is not None:
+        if resolved.kind == FoundKind.FUNCTION and defined is not None and defined.function is not None:
             for marker in defined.function.decorator_list:
                 marker_target = marker.func if isinstance(marker, ast.Call) else marker
                 found = self.surface.resolve_expr(defined.module, marker_target)
@@ -283,7 +298,7 @@ class CallableReader:
         return False
 
     def fields(self, model: ClassModel, order: list[ClassModel], external: list[str],
-               flavour: str) -> list[tuple[str, str | None, bool, str | None]]:
+               flavour: Flavour) -> list[tuple[str, str | None, bool, str | None]]:
         """(name, annotation, kw_only, default) of every init field, bases first (dataclass order)."""
         collected: dict[str, tuple[str, str | None, bool, str | None]] = {}
         for cls in reversed(order):
@@ -337,9 +352,9 @@ class CallableReader:
             module = info or (cls.module if cls is not None else None)
             if module is not None:
                 binding = module.bindings.get(node.id)
-                if binding is not None and binding.kind == "assign":
+                if binding is not None and binding.kind == BindingKind.ASSIGN:
                     scopes.append([binding.node])
-                elif binding is not None and binding.kind == "import" and binding.module:
+                elif binding is not None and binding.kind == BindingKind.IMPORT and binding.module:
                     target = self.surface.module_lookup(binding.module, binding.name or node.id)
                     defined = definition(target) if isinstance(target, Found) else None
                     if defined is not None and isinstance(defined.node, (ast.Assign, ast.AnnAssign)) \

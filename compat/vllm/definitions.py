@@ -3,7 +3,7 @@
 A ``Found`` made by the static reading carries a ``Definition`` as its handle: the module, the node that
 defines the name and, for members of a class, the class (and for an instance attribute, the method that
 assigns it). ``ClassModel`` is a class with its resolved bases and linearised MRO. ``Reading`` is what the
-signature reader (``callables``) needs from the static reading.
+readers of signatures, classes and types (``callables``, ``classes``, ``type_inference``) ask the static reading.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def definition(found: Found) -> Definition | None:
 
 
 class Reading(Protocol):
-    """The static reading's questions that the signature reader asks back."""
+    """The static reading's questions that its readers (signatures, classes, types) ask back."""
 
     def class_model(self, found: Found) -> ClassModel | None: ...
 
@@ -88,3 +88,5 @@ class Reading(Protocol):
     def resolve_expr(self, info: ModuleInfo, expr: ast.expr, depth: int = 0, types: bool = False) -> Lookup: ...
 
     def module_lookup(self, module: str, name: str, depth: int = 0) -> Lookup: ...
+
+    def member(self, owner: Found, name: str) -> Lookup: ...

@@ -10,15 +10,30 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from compat.syntax import absolute_module, is_type_checking, parse_source
 
 
+class BindingKind(StrEnum):
+    """What statement binds a module-level name."""
+
+    DEF = "def"
+    """``def name`` (or ``async def``)."""
+    CLASS = "class"
+    """``class name``."""
+    IMPORT = "import"
+    """``from m import name``."""
+    MODULE = "module"
+    """``import m`` (or ``import m as name``)."""
+    ASSIGN = "assign"
+    """``name = ...``, ``name: T = ...`` or another assignment."""
+
+
 @dataclass(frozen=True)
 class Binding:
-    kind: str
-    """def, class, import (``from m import n``), module (``import m``), assign."""
+    kind: BindingKind
     node: ast.AST
     module: str | None = None
     name: str | None = None
@@ -102,18 +117,18 @@ def _collect(info: ModuleInfo, body: list[ast.stmt], out: dict[str, Binding], ty
              runtime: bool) -> None:
     for stmt in body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out[stmt.name] = Binding("def", stmt)
+            out[stmt.name] = Binding(BindingKind.DEF, stmt)
             if stmt.name == "__getattr__" and runtime:
                 info.has_getattr = True
         elif isinstance(stmt, ast.ClassDef):
-            out[stmt.name] = Binding("class", stmt)
+            out[stmt.name] = Binding(BindingKind.CLASS, stmt)
         elif isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 if alias.asname:
-                    out[alias.asname] = Binding("module", stmt, module=alias.name)
+                    out[alias.asname] = Binding(BindingKind.MODULE, stmt, module=alias.name)
                 else:
                     top = alias.name.split(".")[0]
-                    out[top] = Binding("module", stmt, module=top)
+                    out[top] = Binding(BindingKind.MODULE, stmt, module=top)
         elif isinstance(stmt, ast.ImportFrom):
             module = absolute_module(info.name, info.is_package, stmt.level, stmt.module)
             for alias in stmt.names:
@@ -121,14 +136,14 @@ def _collect(info: ModuleInfo, body: list[ast.stmt], out: dict[str, Binding], ty
                     if runtime:
                         info.star_imports.append(module)
                     continue
-                out[alias.asname or alias.name] = Binding("import", stmt, module=module, name=alias.name)
+                out[alias.asname or alias.name] = Binding(BindingKind.IMPORT, stmt, module=module, name=alias.name)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             if isinstance(stmt, ast.AnnAssign) and stmt.value is None:
                 continue
             for target in targets:
                 for name in target_names(target):
-                    out[name] = Binding("assign", stmt)
+                    out[name] = Binding(BindingKind.ASSIGN, stmt)
             value = stmt.value
             if runtime and isinstance(value, ast.Dict):
                 _read_lazy_map(info, value)
@@ -190,3 +205,47 @@ def _read_lazy_map(info: ModuleInfo, node: ast.Dict) -> None:
             module = absolute_module(info.name, info.is_package, level, module.lstrip("."))
         entries[key.value] = (module, attr)
     info.lazy.update(entries)
+
+
+def getattr_names(tree: ast.Module) -> dict[str, ast.AST] | None:
+    """The names a module's ``__getattr__(name)`` serves, when it serves a fixed set: each return sits under a
+    test of ``name`` against string constants (``if name == "current_platform"``, ``name in ("a", "b")``) or
+    returns one of the module's own globals; anything else (a computed lookup) is None: not known statically."""
+    function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"), None)
+    if function is None or not function.args.args:
+        return None
+    param = function.args.args[0].arg
+    served: dict[str, ast.AST] = {}
+
+    def constants(test: ast.expr) -> list[str] | None:
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) and \
+                test.left.id == param:
+            right = test.comparators[0]
+            values = right.elts if isinstance(test.ops[0], ast.In) and isinstance(right, (ast.Tuple, ast.List,
+                                                                                          ast.Set)) else [right]
+            if isinstance(test.ops[0], (ast.Eq, ast.In)) and all(isinstance(v, ast.Constant) and isinstance(
+                    v.value, str) for v in values):
+                return [v.value for v in values]
+        return None
+
+    def own_global(value: ast.expr | None) -> bool:  # globals()[name]
+        return isinstance(value, ast.Subscript) and isinstance(value.value, ast.Call) and \
+            getattr(value.value.func, "id", "") == "globals"
+
+    def walk(body: list[ast.stmt], names: list[str] | None) -> bool:
+        for stmt in body:
+            if isinstance(stmt, ast.If):
+                found = constants(stmt.test)
+                if found is not None:
+                    served.update({n: stmt for n in found})
+                if not walk(stmt.body, found if found is not None else names) or not walk(stmt.orelse, names):
+                    return False
+            elif isinstance(stmt, ast.Return):
+                if names is None and not own_global(stmt.value):
+                    return False
+            elif isinstance(stmt, (ast.Try, ast.With, ast.For, ast.While)):
+                return False
+        return True
+
+    return served if walk(function.body, None) else None
+

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from compat.errors import CompatError
 from compat.signature import Parameter, ParamKind, Signature
 from compat.vllm.static import StaticSurface
-from compat.vllm.surface import BuildInfo, Found, Lookup, Missing, Unresolved
+from compat.vllm.surface import BuildInfo, Found, FoundKind, Lookup, Missing, ReadingMethod, Unresolved
 
 if TYPE_CHECKING:
     from compat.facts import Fact
@@ -109,16 +109,16 @@ class RuntimeSurface:
                 os.environ.pop("VLLM_LOGGING_LEVEL", None)
         root = Path(top.__file__).resolve().parent.parent  # type: ignore[arg-type]
         version = getattr(top, "__version__", None)
-        self.build = BuildInfo(package, version, f"installed {package} {version} at {root / package}", "runtime",
-                               str(root))
-        self.static = StaticSurface(root, BuildInfo(package, version, self.build.origin, "static", str(root)),
-                                    package)
+        self.build = BuildInfo(package, version, f"installed {package} {version} at {root / package}",
+                               ReadingMethod.RUNTIME, str(root))
+        self.static = StaticSurface(root, BuildInfo(package, version, self.build.origin, ReadingMethod.STATIC,
+                                                    str(root)), package)
 
     # ---- names ---------------------------------------------------------------------------
     def lookup(self, path: str) -> Lookup:
         parts = path.split(".")
         if parts[0] != self.package:
-            return Found(path, "external")
+            return Found(path, FoundKind.EXTERNAL)
         try:
             current: Any = importlib.import_module(parts[0])
         except BaseException as exc:  # noqa: BLE001
@@ -155,20 +155,21 @@ class RuntimeSurface:
             return Unresolved(f"reading {current_path}.{name} raised {type(exc).__name__}: {exc}",
                               traceback.format_exc())
 
-    def _found(self, obj: Any, path: str, kind: str | None = None) -> Found:
+    def _found(self, obj: Any, path: str, kind: FoundKind | None = None) -> Found:
         if kind is None:
             if inspect.ismodule(obj):
-                kind = "module"
+                kind = FoundKind.MODULE
             elif inspect.isclass(obj):
-                kind = "class"
+                kind = FoundKind.CLASS
             elif callable(obj):
-                kind = "function"
+                kind = FoundKind.FUNCTION
             else:
-                kind = "attribute"
+                kind = FoundKind.ATTRIBUTE
         canonical = path
-        if kind in ("class", "function") and getattr(obj, "__module__", None) and getattr(obj, "__qualname__", None):
+        if kind in (FoundKind.CLASS, FoundKind.FUNCTION) and getattr(obj, "__module__", None) and \
+                getattr(obj, "__qualname__", None):
             canonical = f"{obj.__module__}.{obj.__qualname__}"
-        elif kind == "module":
+        elif kind == FoundKind.MODULE:
             canonical = obj.__name__
         location = None
         if canonical.startswith(self.package):
@@ -177,16 +178,16 @@ class RuntimeSurface:
         return Found(canonical, kind, location, handle=RuntimeObject(obj))
 
     def member(self, owner: Found, name: str) -> Lookup:
-        if owner.kind == "external":
-            return Found(f"{owner.path}.{name}", "external")
+        if owner.kind == FoundKind.EXTERNAL:
+            return Found(f"{owner.path}.{name}", FoundKind.EXTERNAL)
         handle = live(owner)
         if handle is None:
             return self.static.member(owner, name)
         obj = handle.value
-        if owner.kind == "module":
+        if owner.kind == FoundKind.MODULE:
             result = self._attribute(obj, owner.path, name)
             return self._found(result[0], f"{owner.path}.{name}") if isinstance(result, tuple) else result
-        if owner.kind == "class":
+        if owner.kind == FoundKind.CLASS:
             try:
                 raw = inspect.getattr_static(obj, name)
             except AttributeError:
@@ -194,17 +195,17 @@ class RuntimeSurface:
                 if isinstance(static_owner, Found):
                     return self.static.member(static_owner, name)
                 return Missing(f"{owner.path} has no attribute '{name}'")
-            kind = "attribute"
+            kind = FoundKind.ATTRIBUTE
             if isinstance(raw, staticmethod):
-                kind = "staticmethod"
+                kind = FoundKind.STATICMETHOD
             elif isinstance(raw, classmethod):
-                kind = "classmethod"
+                kind = FoundKind.CLASSMETHOD
             elif isinstance(raw, property) or type(raw).__name__ == "cached_property":
-                kind = "property"
+                kind = FoundKind.PROPERTY
             elif inspect.isfunction(raw):
-                kind = "method"
+                kind = FoundKind.METHOD
             elif inspect.isclass(raw):
-                kind = "class"
+                kind = FoundKind.CLASS
             value = getattr(obj, name, raw)
             found = self._found(value, f"{owner.path}.{name}", kind)
             static_owner = self.static.lookup(owner.path)
@@ -221,14 +222,14 @@ class RuntimeSurface:
         if handle is None:
             return self.static.signature(obj)
         value = handle.value
-        if obj.kind == "property":
+        if obj.kind == FoundKind.PROPERTY:
             raw = handle.raw if handle.raw is not None else value
             value = getattr(raw, "fget", None) or getattr(raw, "func", None)
         try:
             sig = to_signature(inspect.signature(value))
         except (TypeError, ValueError) as exc:
             return Unresolved(f"inspect.signature({obj.path}) failed: {type(exc).__name__}: {exc}")
-        if obj.kind in ("method", "property"):
+        if obj.kind in (FoundKind.METHOD, FoundKind.PROPERTY):
             sig = sig.drop_first()
         return sig
 

@@ -8,6 +8,7 @@ questions with the same objects.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from compat.location import Location
@@ -19,6 +20,40 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+class ReadingMethod(StrEnum):
+    """How a surface read its build."""
+
+    STATIC = "static"
+    """The source read with ``ast``, never imported."""
+    RUNTIME = "runtime"
+    """The installed package imported and asked through ``inspect``."""
+
+
+class FoundKind(StrEnum):
+    """What a ``Found`` is (its values are the words the reports print)."""
+
+    MODULE = "module"
+    """A module or package."""
+    CLASS = "class"
+    """A class of the build."""
+    FUNCTION = "function"
+    """A module-level function."""
+    METHOD = "method"
+    """A plain method of a class (seen through an instance)."""
+    CLASSMETHOD = "classmethod"
+    """A method decorated ``@classmethod``."""
+    STATICMETHOD = "staticmethod"
+    """A method decorated ``@staticmethod``."""
+    PROPERTY = "property"
+    """A ``property`` or ``cached_property`` (its getter's result is the attribute)."""
+    ATTRIBUTE = "attribute"
+    """A value a module or a class body binds."""
+    INSTANCE_ATTRIBUTE = "instance-attribute"
+    """An attribute a method sets on ``self`` (or one ``__slots__`` declares)."""
+    EXTERNAL = "external"
+    """A name outside the build (torch, typing, a builtin): nothing of vLLM's to check."""
+
+
 @dataclass(frozen=True)
 class BuildInfo:
     """Which vLLM build a surface describes and how it was read."""
@@ -26,8 +61,8 @@ class BuildInfo:
     name: str
     version: str | None
     origin: str
-    reading: str
-    """'static' (source read with ast) or 'runtime' (imported, inspect.signature)."""
+    reading: ReadingMethod
+    """Static (source read with ast) or runtime (imported, inspect.signature)."""
     root: str
 
 
@@ -36,8 +71,7 @@ class Found:
     """A vLLM object: where it is defined and what it is."""
 
     path: str
-    kind: str
-    """module, class, function, method, property, attribute, external."""
+    kind: FoundKind
     location: Location | None = None
     handle: Any = field(default=None, compare=False, repr=False)
     """Reader-private: what the reading that made it needs to answer further questions (a static
