@@ -4,7 +4,6 @@ requiring passed as vLLM's own code computes them; declined where the call or it
 from __future__ import annotations
 
 import pytest
-
 from compat.fixers.calls import FIXER
 from compat.probes.calls import PROBE
 
@@ -42,7 +41,8 @@ NESTED = IMPORT + ("def make(model_config):\n    return VllmConfig(\n        mod
                    "        scheduler_config=SchedulerConfig(max_num_seqs=4),\n    )\n")
 ONE_LINE = IMPORT + ("def make(model_config):\n    return VllmConfig(model_config=model_config, "
                      "scheduler_config=SchedulerConfig(max_num_seqs=4))\n")
-ALIASED = "from vllm.config import SchedulerConfig as SC\n\n\ndef make():\n    return SC(max_num_seqs=4, chunked=True)\n"
+ALIASED = ("from vllm.config import SchedulerConfig as SC\n\n\ndef make():\n"
+           "    return SC(max_num_seqs=4, chunked=True)\n")
 POSITIONAL = IMPORT + "def make():\n    return SchedulerConfig(4, False, 3)\n"
 
 

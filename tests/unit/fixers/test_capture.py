@@ -8,7 +8,6 @@ The ``model`` findings are given (the probe reads a model's forward across build
 from __future__ import annotations
 
 import pytest
-
 from compat.fixers.capture import FIXER
 
 from .conftest import finding

@@ -6,7 +6,6 @@ why, anything else is left unhandled with the finding's own words."""
 from __future__ import annotations
 
 import pytest
-
 from compat.fixers.defaults import FIXER
 from compat.probes.defaults import PROBE
 

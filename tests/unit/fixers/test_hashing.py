@@ -8,7 +8,6 @@ imports CacheConfig from are hand-written."""
 from __future__ import annotations
 
 import pytest
-
 from compat.fixers.hashing import FIXER
 
 from .conftest import finding

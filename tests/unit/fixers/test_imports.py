@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from compat.fixers.imports import FIXER
 from compat.probes.imports import PROBE
 
@@ -27,7 +26,8 @@ ROUTED = "from pkg._vllm_compat import helper"
                   "pkg/other.py": "import os\nfrom vllm.utils import helper\n"}, BUILDS,
                  {"pkg/run.py": 1, "pkg/other.py": 1}, {}, [], id="every import of it routed"),
     pytest.param({"pkg/run.py": "from vllm.utils import helper\n",
-                  "pkg/guarded.py": "try:\n    from vllm.utils import helper\nexcept ImportError:\n    helper = None\n"},
+                  "pkg/guarded.py": "try:\n    from vllm.utils import helper\n"
+                                    "except ImportError:\n    helper = None\n"},
                  BUILDS, {"pkg/run.py": 1}, {"pkg/guarded.py": "from vllm.utils import helper"}, [],
                  id="own fallback kept"),
     pytest.param({"pkg/run.py": "from vllm.utils import helper as h\n"}, BUILDS, {}, {}, ["not imported as"],

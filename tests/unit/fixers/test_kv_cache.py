@@ -5,7 +5,6 @@ assigned to a name or the call does not name the config and the memory."""
 from __future__ import annotations
 
 import pytest
-
 from compat.fixers.kv_cache import FIXER
 
 UTILS = "vllm/v1/core/kv_cache_utils.py"

@@ -7,7 +7,6 @@ CacheConfig is not imported by its own name."""
 from __future__ import annotations
 
 import pytest
-
 from compat.fixers.platform import FIXER
 
 BUILDS = {"0.1.0": {"vllm/config.py": "class CacheConfig:\n    def __init__(self, block_size=16):\n        pass\n"},

@@ -7,9 +7,9 @@ The ``protocol`` findings are given (the probe reads an executor, a worker and a
 from __future__ import annotations
 
 import pytest
+from compat.fixers.protocol import FIXER
 
 from compat.findings import Evidence
-from compat.fixers.protocol import FIXER
 
 from .conftest import finding
 
@@ -18,7 +18,8 @@ SYMBOL = "vllm.v1.executor.abstract.Executor.execute_model"
 HEAD = "from vllm.v1.executor.abstract import Executor\n\n\ndef step(config, out):\n    executor = Executor(config)\n"
 DIRECT = HEAD + "    return executor.execute_model(out)\n"
 BOUND = HEAD + "    run = executor.execute_model\n    return run(out)\n"
-REBOUND = HEAD + "    run = executor.execute_model\n    if out:\n        run = executor.execute_model\n    return run(out)\n"
+REBOUND = HEAD + ("    run = executor.execute_model\n    if out:\n        run = executor.execute_model\n"
+                  "    return run(out)\n")
 ERROR = Evidence(extra=(("error_text", "sample_tokens() must be called"),))
 
 

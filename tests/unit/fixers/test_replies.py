@@ -9,7 +9,6 @@ reads ``without_rank`` as anything but ``list``, so no build can reach it."""
 from __future__ import annotations
 
 import pytest
-
 from compat.fixers.replies import FIXER
 
 from .conftest import finding

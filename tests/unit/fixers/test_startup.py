@@ -9,9 +9,9 @@ The ``startup`` findings are given; the engine cores the fixer replays are hand-
 from __future__ import annotations
 
 import pytest
+from compat.fixers.startup import FIXER
 
 from compat.facts.startup import NOT_NEEDED
-from compat.fixers.startup import FIXER
 
 from .conftest import finding
 
@@ -45,7 +45,8 @@ UNKNOWN = "vllm.v1.engine.core.EngineCore:tune_the_flux_capacitor"
 
 @pytest.mark.parametrize(("source", "builds", "step", "claimed", "accepted", "note"), [
     pytest.param(CREATED, {"0.1.0": NONE, "0.2.0": RESOLVES}, LAYOUT, True, "", "the KV cache layout is resolved "
-                 "with the engine core's own statements (vLLM 0.2.0: vllm/v1/engine/core.py:8; vLLM 0.2.0)", id="layout resolved"),
+                 "with the engine core's own statements (vLLM 0.2.0: vllm/v1/engine/core.py:8; vLLM 0.2.0)",
+                 id="layout resolved"),
     pytest.param(CREATED, {"0.1.0": NONE, "0.2.0": OWN_STATE}, LAYOUT, False, "",
                  "vLLM 0.2.0: the KV cache layout is not resolved: the step reads the engine core's own state: "
                  "self.scheduler", id="step reads engine state: note only"),

@@ -9,7 +9,6 @@ The ``steps`` and ``model`` findings are given; the consumer is hand-written (it
 from __future__ import annotations
 
 import pytest
-
 from compat.fixers.steps import FIXER
 
 from .conftest import finding

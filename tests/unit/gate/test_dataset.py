@@ -36,7 +36,8 @@ def _dataset(gate, samples: int = SAMPLES, odd=None, alone=()):
     """``samples`` samples of 18 tokens sharing ``PREFIX`` (those in ``alone`` share nothing), each of ``odd``
     changed by its function."""
     for i in range(samples):
-        tokens = ([60 + i + j for j in range(len(PREFIX))] if i in alone else PREFIX) + [20 + i + 13 * j for j in range(18 - len(PREFIX))]
+        first = [60 + i + j for j in range(len(PREFIX))] if i in alone else PREFIX
+        tokens = first + [20 + i + 13 * j for j in range(18 - len(PREFIX))]
         layers = _rows(tokens)
         if odd and i in odd:
             odd[i](layers)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from compat.findings import Status
 from compat.gate.read.layouts import Layout
