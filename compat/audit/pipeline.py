@@ -10,6 +10,7 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from compat.audit import allowlist
 from compat.audit.result import AuditResult
@@ -73,11 +74,12 @@ class Auditor:
         return resolve_pin(scan, lambda: index.releases(self.options.target))
 
     def run(self, scan: Scan | None = None, opened: OpenedBuild | None = None,
-            written_for: Surface | None | str = "auto") -> AuditResult:
+            written_for: Surface | None | Literal["auto"] = "auto") -> AuditResult:
         with collector_paused():  # the parse trees it builds would be walked again and again, for nothing
             return self._run(scan, opened, written_for)
 
-    def _run(self, scan: Scan | None, opened: OpenedBuild | None, written_for: Surface | None | str) -> AuditResult:
+    def _run(self, scan: Scan | None, opened: OpenedBuild | None,
+             written_for: Surface | None | Literal["auto"]) -> AuditResult:
         scan = scan or self.scan_consumer()
         opened = opened or open_build(self.options.vllm, self.options.target, self.options.vllm_version)
         surface = opened.surface
@@ -86,12 +88,12 @@ class Auditor:
             dirs = sorted({path.rsplit("/", 1)[0] + "/" if "/" in path else path for path in scan.left_out})
             notes.append(f"{len(scan.left_out)} files left out, not shipped by the consumer (tests, examples, docs): "
                          f"{', '.join(dirs[:6])}{' ...' if len(dirs) > 6 else ''}; --all-files audits them")
-        reference = self._written_for(scan, surface, notes) if written_for == "auto" else written_for
+        reference = self._written_for(scan, surface, notes) if isinstance(written_for, str) else written_for
         installed = opened.installed  # read statically or imported: the confirmation's engines run it either way
         if self.options.confirm == "always" and not installed:
             notes.append("--confirm always: runtime confirmation needs the installed vLLM (--vllm installed, or no "
                          "--vllm where vLLM is installed); skipped")
-        ctx = ProbeContext(scan, surface, reference, self.options.worker_class,  # type: ignore[arg-type]
+        ctx = ProbeContext(scan, surface, reference, self.options.worker_class,
                            self.options.architectures, False, self.options.confirm_timeout)
         findings: list[Finding] = []
         if opened.import_error is not None:
@@ -221,9 +223,10 @@ def fold_consequences(findings: list[Finding]) -> list[Finding]:
         folded.setdefault(causes[reason], []).append(f.consumer_location or f.symbol)
         kept[i] = None
     out = []
-    for i, f in enumerate(kept):
-        if f is None:
+    for i, left in enumerate(kept):
+        if left is None:
             continue
+        f = left
         if i in folded:
             where = sorted(set(folded[i]))
             shown = ", ".join(where[:5]) + (f" and {len(where) - 5} more" if len(where) > 5 else "")

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from compat.cli import JsonErrors, emit, guarded
 from compat.errors import CompatError
@@ -28,7 +29,7 @@ from compat.report import Format, View
 class _Parser(argparse.ArgumentParser):
     """argparse's errors become one line and exit code 2, like every other bad input."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise CompatError(message)
 
 
