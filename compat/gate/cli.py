@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -108,7 +109,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _choice(value: str, allowed, flag: str) -> str:
+def _choice(value: str, allowed: Sequence[str], flag: str) -> str:
     if value not in allowed:
         raise CompatError(f"{flag} {value!r}: choose one of {', '.join(allowed)}")
     return value

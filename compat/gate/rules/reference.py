@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from compat.findings import Status
 from compat.gate.pairing import Pairing
-from compat.gate.recompute import BASELINE_MARGIN, ComparisonError, state_name
+from compat.gate.recompute import BASELINE_MARGIN, ComparisonError, LayerMatch, state_name
 from compat.gate.rules.rule import Context, Phase, ReferenceSubject, Rule, RuleFinding, some
 
 
@@ -69,7 +69,7 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
                         f"{worst.rel:.2g}, tolerance {worst.max_rel:.2g}{_why(worst)})", status=Status.OK)]
 
 
-def _why(m) -> str:
+def _why(m: LayerMatch) -> str:
     """Where a layer's bound came from, when the dtype's measured error set it."""
     if m.baseline_rel is None or m.max_rel > BASELINE_MARGIN * m.baseline_rel + 1e-12:
         return ""
