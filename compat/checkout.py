@@ -29,6 +29,8 @@ def load(name: str) -> None:
     if not (real / "__init__.py").is_file():
         raise ImportError(f"{name}: {real / '__init__.py'} is missing (a checkout without {real.name}/?)")
     spec = importlib.util.spec_from_file_location(name, real / "__init__.py", submodule_search_locations=[str(real)])
+    if spec is None or spec.loader is None:  # a .py file always has a spec with a loader
+        raise ImportError(f"{name}: no importer for {real / '__init__.py'}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

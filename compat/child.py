@@ -96,7 +96,7 @@ def run(argv: Sequence[str], *, env: dict[str, str], timeout: float, log: Path,
     return Ended(returncode, timeout, Path(log))
 
 
-def kill_session(proc: subprocess.Popen) -> None:
+def kill_session(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL to the child's whole session (it leads one: ``start_new_session``), then reap it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -58,7 +58,7 @@ class JsonErrors:
 
 
 class _Lenient(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise CompatError(message)
 
 

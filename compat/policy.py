@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from compat.errors import CompatError
 from compat.findings import Finding, Status, status_counts
@@ -75,7 +76,9 @@ class Verdict:
     """Mixin for results holding ``findings`` and ``fail_on``: counts, failing findings, exit code."""
 
     findings: tuple[Finding, ...]
-    fail_on: FailOn
+    if TYPE_CHECKING:  # declared only: a result holds it as a field (the audit's) or computes it (the gate's)
+        @property
+        def fail_on(self) -> FailOn: ...
 
     def counts(self) -> dict[str, int]:
         return status_counts(self.findings)

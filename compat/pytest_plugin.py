@@ -61,7 +61,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("--vllm-compat"):
         return
     _fail_on(config)  # bad input ends the session before anything is collected
-    wanted, rest = [], []
+    wanted: list[str] = []
+    rest: list[str] = []
     for arg in config.args:
         named = _names_these_tests(config, arg)
         (wanted if named is not None else rest).append(named if named is not None else arg)
@@ -133,13 +134,13 @@ class CompatTests(pytest.Collector):
         wanted = config.stash.get(_WANTED, None)
         if wanted is None:
             return list(items.values())
-        chosen = [item for item in items.values() if any(_selects(w, item.nodeid) for w in wanted)]
+        chosen: list[pytest.Item] = [item for item in items.values() if any(_selects(w, item.nodeid) for w in wanted)]
         missing = [w for w in wanted if not any(_selects(w, item.nodeid) for item in items.values())]
         if missing:
             raise CompatFailure(f"no vllm-compat test is named {', '.join(missing)}")
         return chosen
 
-    def repr_failure(self, excinfo, style=None):  # type: ignore[override]
+    def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, CompatFailure):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
@@ -203,7 +204,7 @@ class BuildItem(pytest.Item):
             message = "; ".join(f"{f.check} {f.status.value}: {f.message}" for f in passing)
             pytest.skip(f"not failing under --vllm-compat-fail-on={fail_on.value}: {message}")
 
-    def repr_failure(self, excinfo, style=None):  # type: ignore[override]
+    def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, CompatFailure):
             return str(excinfo.value)
         return super().repr_failure(excinfo)

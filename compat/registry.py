@@ -5,9 +5,20 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-T = TypeVar("T")
+
+class Registered(Protocol):
+    """What a plug-in value has for the registry's order."""
+
+    @property
+    def order(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+T = TypeVar("T", bound=Registered)
 
 
 def collect(package: str, path: Iterable[str], attribute: str, kind: type[T]) -> list[T]:
@@ -20,4 +31,4 @@ def collect(package: str, path: Iterable[str], attribute: str, kind: type[T]) ->
         value = getattr(importlib.import_module(f"{package}.{info.name}"), attribute, None)
         if isinstance(value, kind):
             found.append(value)
-    return sorted(found, key=lambda v: (v.order, v.name))  # type: ignore[attr-defined]
+    return sorted(found, key=lambda v: (v.order, v.name))

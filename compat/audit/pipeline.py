@@ -100,7 +100,7 @@ class Auditor:
         if self.options.confirm == "always" and not installed:
             notes.append("--confirm always: runtime confirmation needs the installed vLLM (--vllm installed, or no "
                          "--vllm where vLLM is installed); skipped")
-        ctx = ProbeContext(scan, surface, reference, self.options.worker_class,  # type: ignore[arg-type]
+        ctx = ProbeContext(scan, surface, reference, self.options.worker_class,
                            self.options.architectures, False, self.options.confirm_timeout)
         findings: list[Finding] = []
         if opened.import_error is not None:
@@ -230,9 +230,10 @@ def fold_consequences(findings: list[Finding]) -> list[Finding]:
         folded.setdefault(causes[reason], []).append(f.consumer_location or f.symbol)
         kept[i] = None
     out = []
-    for i, f in enumerate(kept):
-        if f is None:
+    for i, left in enumerate(kept):
+        if left is None:
             continue
+        f = left
         if i in folded:
             where = sorted(set(folded[i]))
             shown = ", ".join(where[:5]) + (f" and {len(where) - 5} more" if len(where) > 5 else "")

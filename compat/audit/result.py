@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from compat import __version__
 from compat.consumer.model import Scan
@@ -51,7 +52,7 @@ class AuditResult(Verdict):
         facts.append(("scanned", f"{scan.files} files, {len(scan.touchpoints)} touchpoints"))
         return facts
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         scan = self.scan
         return {
             "schema": SCHEMA,

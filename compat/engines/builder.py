@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 from packaging.markers import default_environment
 from packaging.utils import canonicalize_name
@@ -130,8 +131,11 @@ def plan_for(wheel: Path, files: list[index.IndexFile]) -> BuildPlan:
     """The plan for a downloaded wheel: its metadata, its platform detection, the index's upload times."""
     metadata = read_wheel_metadata(wheel)
     uploaded = next((f.uploaded for f in files if f.filename == wheel.name), None)
-    releases = {canonicalize_name(name): upload_times(name) for name in CAPPED_AT_UPLOAD}
-    return make_plan(metadata, wheel.name, default_environment(), uploaded, releases,
+    releases: dict[str, list[tuple[Version, datetime]]] = {canonicalize_name(name): upload_times(name)
+                                                          for name in CAPPED_AT_UPLOAD}
+    # packaging's Environment is a TypedDict of str fields, which mypy never takes for a Mapping[str, str]
+    environment = cast(dict[str, str], default_environment())
+    return make_plan(metadata, wheel.name, environment, uploaded, releases,
                      wheel_alias(wheel, metadata.name, metadata.version))
 
 

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compat.extract.runner import FAULT
+
+if TYPE_CHECKING:
+    import torch
 
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}
 UNSUPPORTED = r"No module named|NotImplementedError|not supported|is not implemented"
@@ -61,7 +64,7 @@ class Run:
     result: dict
     plan: Any
     dtype: str
-    reference: Callable[[list[int]], dict]
+    reference: Callable[[torch.Tensor], dict]
     """A prompt's HF states (``compat.gate.recompute.HFReference.states``), by residual-stream index."""
     native: dict | None = None
     """vLLM's own extraction of the realistic prompts (``native_states``), where it ran."""
@@ -313,9 +316,9 @@ def preempt(run: Run) -> Check:
     return _verdict(faults, f"{what}: every sample equals the reference", what, evidence, "preempt", run)
 
 
-def _spread(items: list[tuple[int, Any]], same: Callable[[Any, Any], float]) -> float:
+def _spread(items: Sequence[tuple[Hashable, Any]], same: Callable[[Any, Any], float]) -> float:
     """The largest difference between samples of one prompt (0 when no prompt has two)."""
-    by_prompt: dict[tuple, list] = {}
+    by_prompt: dict[Hashable, list] = {}
     worst = 0.0
     for key, sample in items:
         for other in by_prompt.setdefault(key, []):
@@ -387,7 +390,7 @@ def layer_order(run: Run) -> Check:
     """Layer ids unsorted and repeated: the samples hold them in the order asked (what the metadata says), or
     the generator refuses them loudly."""
     engine = run.engine("layers")
-    asked = next((e["layer_ids"] for e in run.plan.engines if e["name"] == "layers"), [])
+    asked: list[int] = next((e["layer_ids"] for e in run.plan.engines if e["name"] == "layers"), [])
     if "skipped" in engine or not engine:
         return Check("layer-order", NOT_RUN, f"did not run: {engine.get('skipped', 'not planned')}")
     if "start_error" in engine:

@@ -269,7 +269,9 @@ def _job(generator: Any, watch: Watch, job: dict, prompts: list[list[int]], prog
     out = Path(job["out"]) if job.get("out") else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    files, calls, tokens, generating = [], [], 0, 0.0
+    files: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    tokens, generating = 0, 0.0
     restore = _set(job.get("set", {}))
     writer = Writer()
     profile.take()

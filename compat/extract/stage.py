@@ -86,7 +86,7 @@ def prepare(root: Path, generator_module: str) -> list[str]:
     return notes
 
 
-def child_env(staged: Path, tp: int) -> dict:
+def child_env(staged: Path, tp: int) -> dict[str, str]:
     """The environment of a process that runs the staged consumer on the installed vLLM."""
     root = str(Path(__file__).resolve().parents[2])
     # The staged consumer first, then this project, then whatever the caller's path already holds.

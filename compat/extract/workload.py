@@ -83,7 +83,8 @@ def realistic(count: int, vocab: int, context: int, seed: int) -> list[list[int]
 
 
 def _calls(indices: list[int], sizes: tuple[int, ...]) -> list[list[int]]:
-    calls, start = [], 0
+    calls: list[list[int]] = []
+    start = 0
     while start < len(indices):
         size = sizes[len(calls) % len(sizes)]
         calls.append(indices[start:start + size])

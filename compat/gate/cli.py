@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from compat.cli import JsonErrors, emit, guarded
 from compat.errors import CompatError
@@ -28,7 +30,7 @@ from compat.report import Format, View
 class _Parser(argparse.ArgumentParser):
     """argparse's errors become one line and exit code 2, like every other bad input."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise CompatError(message)
 
 
@@ -107,7 +109,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _choice(value: str, allowed, flag: str) -> str:
+def _choice(value: str, allowed: Sequence[str], flag: str) -> str:
     if value not in allowed:
         raise CompatError(f"{flag} {value!r}: choose one of {', '.join(allowed)}")
     return value

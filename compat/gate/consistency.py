@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from compat.gate.recompute import LOOSE_MODEL_TYPES, tolerance
-from compat.gate.value_stats import SampleValues
+from compat.gate.value_stats import Prefix, SampleValues
 
 MARGIN = 8.0
 """A sample is off when its distance to the group's median row is over this many times the group's typical one:
@@ -151,9 +151,11 @@ def compare_samples(values: Sequence[SampleValues], model_type: str | None = Non
     scale: dict[int, ScaleDeviation] = {}
     groups: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
     by_shape: dict[tuple, list[int]] = defaultdict(list)
+    prefixes: dict[int, Prefix] = {}
     for k, v in enumerate(values):
         by_shape[_shape(v)].append(k)
         if v.prefix is not None:
+            prefixes[k] = v.prefix
             for t in range(len(v.prefix.ids)):
                 groups[(_shape(v), v.prefix.ids[:t + 1])].append((k, t))
     # Each group's distances first, then the verdicts: a layer where samples sharing first tokens do not agree
@@ -163,7 +165,7 @@ def compare_samples(values: Sequence[SampleValues], model_type: str | None = Non
     for (shape, tokens), members in groups.items():
         if len(members) < 2:
             continue
-        rows = torch.stack([values[k].prefix.rows[t] for k, t in members])  # [members, layers, width]
+        rows = torch.stack([prefixes[k].rows[t] for k, t in members])  # [members, layers, width]
         median = rows.median(dim=0).values
         distance = ((rows - median).norm(dim=-1) / median.norm(dim=-1).clamp_min(1e-30))  # [members, layers]
         by_slot = torch.nan_to_num(distance, nan=float("inf")).T.tolist()
@@ -192,7 +194,7 @@ def compare_samples(values: Sequence[SampleValues], model_type: str | None = Non
     prefix = {k: replace(p, agreeing=agreeing[k]) for k, p in prefix.items()}
     unusable = sorted({slot for (_, slot), ok in usable.items() if not ok})
     for shape, ks in by_shape.items():
-        judged = [k for k in ks if values[k].view.tokens is not None and values[k].view.tokens >= SCALE_MIN_TOKENS]
+        judged = [k for k in ks if (n := values[k].view.tokens) is not None and n >= SCALE_MIN_TOKENS]
         if len(judged) < SCALE_MIN_SAMPLES:
             continue
         for slot in range(shape[1]):

@@ -98,11 +98,12 @@ def discover(paths: tuple[Path | str, ...]) -> Discovered:
             raise CompatError("give local paths or URLs, not both: "
                               f"{', '.join(map(str, (p for p in paths if not is_url(p))))}")
         return _discover_urls(urls)
+    local = [Path(p) for p in paths]  # no URL among them: each is a Path already
     files: list[str] = []
     loops: list[str] = []
     regular: set[str] = set()
     configs: list[Path] = []
-    for path in paths:
+    for path in local:
         if not os.path.lexists(path):
             raise CompatError(f"{path}: no such file or directory")
         if not _is_dir_path(path):
@@ -118,7 +119,7 @@ def discover(paths: tuple[Path | str, ...]) -> Discovered:
         shown = ", ".join(map(str, paths))
         raise CompatError(f"no hidden-state files ({', '.join(sorted(DATA_SUFFIXES))}) under {shown}")
     files = sorted(set(files), key=natural_key)
-    root = Path(os.path.commonpath([os.path.abspath(p if _is_dir_path(p) else p.parent) for p in paths]))
+    root = Path(os.path.commonpath([os.path.abspath(p if _is_dir_path(p) else p.parent) for p in local]))
     if not configs and files and _is_file_path(Path(os.path.dirname(files[0])) / DATA_CONFIG):
         configs.append(Path(os.path.dirname(files[0])) / DATA_CONFIG)
     return Discovered(files, root, configs[0] if configs else None, sorted(set(loops), key=natural_key),

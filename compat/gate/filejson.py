@@ -154,12 +154,13 @@ def _decode_tensor(t: list | None) -> TensorInfo | None:
 
 
 def _decode_sample(s: dict[str, Any], path: str) -> SampleView:
-    layers = tuple(_decode_tensor(t) for t in s["layers"])
-    if any(t is None for t in layers):
+    decoded = [_decode_tensor(t) for t in s["layers"]]
+    layers = tuple(t for t in decoded if t is not None)
+    if len(layers) < len(decoded):
         raise ValueError("a layer that is no tensor")
     faults = tuple(EntryFault(_str(e), _str(m), _opt_str(f)) for e, m, f in s.get("faults", ()))
     return SampleView(_str(s.get("file", path)), _opt_int(s.get("index")), Layout(s["layout"]),
-                      _decode_tensor(s.get("token_ids")), layers,  # type: ignore[arg-type]
+                      _decode_tensor(s.get("token_ids")), layers,
                       _decode_tensor(s.get("stacked")), _decode_tensor(s.get("loss_mask")), faults)
 
 

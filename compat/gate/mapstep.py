@@ -95,8 +95,8 @@ def _map(files: list[str], regular: frozenset[str], hints: ReadHints, jobs: int,
         for (i, _, _), result in zip(batch, checked, strict=True):
             results[i] = result
         if state is not None:
-            state.record([(files[i], stamps[i], r) for (i, _, _), r in zip(batch, checked)
-                          if stamps[i] is not None and not _crashed(r)])
+            state.record([(files[i], stamp, r) for (i, _, _), r in zip(batch, checked)
+                          if (stamp := stamps[i]) is not None and not _crashed(r)])
         finished += len(batch)
         if progress is not None:
             progress(finished, len(files))
@@ -115,7 +115,7 @@ def _map(files: list[str], regular: frozenset[str], hints: ReadHints, jobs: int,
         for batch in batches:
             done(batch, [check_file(path, listed, hints) for _, path, listed in batch])
     assert all(r is not None for r in results)
-    return Mapped(results, len(files) - len(todo), workers, notes)  # type: ignore[arg-type]
+    return Mapped([r for r in results if r is not None], len(files) - len(todo), workers, notes)
 
 
 def _crashed(result: FileResult) -> bool:

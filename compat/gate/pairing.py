@@ -98,9 +98,9 @@ def check_pairing(views: Sequence[SampleView], embedding) -> PairingRun:
             out[k] = Pairing(view, "error", message=str(exc) or type(exc).__name__, error_type=type(exc).__name__,
                              traceback=traceback.format_exc(limit=-8))
     slot, typical, strength = _calibrate(leans)
-    summary = {"samples": len(views), "checked": 0, "layer": None, "typical_lean": typical,
+    summary: dict[str, object] = {"samples": len(views), "checked": 0, "layer": None, "typical_lean": typical,
                "strength": strength}
-    if slot is None:
+    if slot is None or typical is None:  # a slot is chosen only with its typical lean
         summary["note"] = (f"not decided: no stored layer leans toward its tokens' embeddings by {USABLE:g} standard "
                            "errors in the typical sample")
         return PairingRun([p for p in out if p is not None], summary)

@@ -143,7 +143,7 @@ def run_tasks(batches: list[Batch], hints: ReadHints, cpus: int, done: Done) -> 
             ray.cancel(ref)
 
 
-def _check(batch: Batch, hints: ReadHints, storage: dict) -> bytes:
+def _check(batch: Batch, hints: ReadHints, storage: dict[str, Any]) -> bytes:
     """A task: the batch's results, pickled as a worker sends them."""
     configure_storage(storage)
     exit_on = os.environ.get(TEST_EXIT)

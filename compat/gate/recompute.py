@@ -87,7 +87,7 @@ def reference_device(requested: str) -> str:
 
 
 def state_name(j: int | str, n_layers: int) -> str:
-    if j == "final_norm":
+    if isinstance(j, str):  # "final_norm", the one state named, not numbered
         return "after the final norm (HF hidden_states[-1])"
     if j == 0:
         return "s_0: embeddings, entering layer 0"
@@ -280,12 +280,12 @@ def _pick(candidates: list[SampleView], k: int,
     return first + [(v, RANDOM) for v in sorted(drawn, key=rest.index)]
 
 
-def recompute(options: GateOptions, exp: Expectations, candidates: list[SampleView],
+def recompute(options: GateOptions, model_dir: Path, exp: Expectations, candidates: list[SampleView],
               outliers: Mapping[tuple[str, int | None], str] | None = None) -> ReferenceRun:
-    """Compare up to ``options.reference_samples`` sound samples with HF, the ``outliers`` (sample -> why) first, the
-    rest at random; check every candidate's token pairing."""
+    """Compare up to ``options.reference_samples`` sound samples with HF's model in ``model_dir`` (``--reference``),
+    the ``outliers`` (sample -> why) first, the rest at random; check every candidate's token pairing."""
     device = reference_device(options.reference_device)
-    ref = HFReference(options.reference, device)
+    ref = HFReference(model_dir, device)
     lows: dict[str, HFReference] = {}
     n_layers = len(ref.layers)
     model_type = getattr(ref.model.config, "model_type", None)
@@ -300,7 +300,7 @@ def recompute(options: GateOptions, exp: Expectations, candidates: list[SampleVi
         try:
             dtype = view.layers[0].dtype
             if dtype in LOW_PRECISION and options.max_rel is None and dtype not in lows:
-                lows[dtype] = HFReference(options.reference, device, dtype)  # the dtype's own error, measured
+                lows[dtype] = HFReference(model_dir, device, dtype)  # the dtype's own error, measured
             comparisons.append(_compare_sample(ref, view, exp, numbering, n_layers, model_type, options,
                                                lows.get(dtype)))
         except Exception as exc:  # noqa: BLE001 - one sample failing to run is a finding, the others still run
@@ -332,7 +332,7 @@ def _compare_sample(ref: HFReference, view: SampleView, exp: Expectations, numbe
         scores = {j: compare(x, s) for j, s in states.items() if s.shape == x.shape}
         best = min(scores, key=lambda j: scores[j][0]) if scores else None
         target = wanted[slot] if wanted[slot] is not None else best
-        rel, cos = scores.get(target, (float("inf"), -1.0))
+        rel, cos = scores.get(target, (float("inf"), -1.0)) if target is not None else (float("inf"), -1.0)
         layer_id = layer_ids[slot] if layer_ids and slot < len(layer_ids) else None
         measured = compare(baseline[target], states[target]) if target in baseline and target in states else None
         layer_tol = tolerance(dtype, model_type, options.max_rel, options.min_cos, measured)

@@ -71,7 +71,7 @@ def run_gate(options: GateOptions, progress: Progress | None = None) -> GateResu
 
 
 def _expectations(options: GateOptions,
-                  data_config: Path | None) -> tuple[expect.Expectations, tuple[expect.Conflict, ...]]:
+                  data_config: Path | str | None) -> tuple[expect.Expectations, tuple[expect.Conflict, ...]]:
     model = expect.read_model_config(options.model) if options.model else None
     if model is None and options.reference is not None:
         model = expect.read_model_config(options.reference)
@@ -161,7 +161,7 @@ def _measures_values(options: GateOptions) -> bool:
 
 
 def _dataset_subjects(scanned: list[tuple[str, FileValues]], found: RuleResults, contexts: dict[Layout, Context],
-                      root: Path) -> tuple[Subjects, dict[Key, Standing], dict]:
+                      root: Path | str) -> tuple[Subjects, dict[Key, Standing], dict]:
     """Phase.DATASET: each measured sample nothing has failed yet, against the others of its dataset (the samples
     of its layout in its directory: two models' datasets side by side are not compared with each other)."""
     datasets: dict[tuple[str, Layout], list] = {}
@@ -244,8 +244,8 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
         failed = {key for key, pairs in found.items() if any(rule in STRUCTURAL for rule, _ in pairs)}
         candidates = [s for s in samples if s.sound and (s.file, s.index) not in failed
                       and (s.file, None) not in failed]
-        outliers = {key: s.why() for key, s in standings.items() if s.outlier}
-        run = recompute(options, exp, candidates, outliers)
+        whys = {key: s.why() for key, s in standings.items() if s.outlier}
+        run = recompute(options, options.reference, exp, candidates, whys)
         reference = run.report
         _judge(Phase.REFERENCE, ((c.view.file, c.view.index, c, contexts[c.view.layout]) for c in run.comparisons),
                found)
@@ -260,7 +260,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     if options.state is not None:
         notes.append(f"{mapped.reused} of {len(found_files.files)} files' results taken from the state file "
                      f"{options.state} (unchanged since they were checked), the rest read")
-    if len(layouts) > 1:
+    if len(layouts) > 1 and shown_layout is not None:
         notes.append("several layouts: expectations no flag states come from each layout's own majority; the "
                      f"ones shown are for {shown_layout.value}")
     if data_config is not None:

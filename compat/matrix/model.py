@@ -157,11 +157,12 @@ class Matrix:
         lines = [f"build {label} could not be read: {error}" for label, error in unread.items()]
         for row in self.rows:
             runs: list[tuple[str, list[str]]] = []  # (status, labels), consecutive in build order
-            last, before = None, None
+            last: Cell | None = None
+            before = None
             for column in self.columns:
                 cell = row.cells.get(column.label)
                 failed = cell is not None and column.label not in unread and fails(cell.status, self.fail_on)
-                status = cell.status if failed else None
+                status = cell.status if cell is not None and failed else None
                 if status is not None:
                     if status == before:
                         runs[-1][1].append(column.label)
@@ -169,7 +170,7 @@ class Matrix:
                         runs.append((status, [column.label]))
                     last = cell
                 before = status
-            if runs:
+            if runs and last is not None:  # a run is recorded with its cell
                 where = "; ".join(f"{status} in {_run_text(labels)}" for status, labels in runs)
                 lines.append(f"{row.probe} {row.touchpoint} ({row.location}) is {where}: {last.message}")
         return lines

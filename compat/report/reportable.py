@@ -10,11 +10,16 @@ from compat.findings import Finding
 class Reportable(Protocol):
     """What a renderer needs of a result (the audit's, the gate's): findings and a few words about them."""
 
-    findings: tuple[Finding, ...]
-    tool: str
-    """Names the tool in report titles: 'vllm-compat', 'compat.gate'."""
-    source_root: str
-    """Directory the findings' consumer locations are relative to."""
+    @property
+    def findings(self) -> tuple[Finding, ...]: ...
+
+    @property
+    def tool(self) -> str:
+        """Names the tool in report titles: 'vllm-compat', 'compat.gate'."""
+
+    @property
+    def source_root(self) -> str:
+        """Directory the findings' consumer locations are relative to."""
 
     def counts(self) -> dict[str, int]: ...
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
@@ -95,7 +96,7 @@ class _LinkParser(html.parser.HTMLParser):
             self.links.append(dict(attrs))
 
 
-def _parse_listing(body: bytes, content_type: str, base: str) -> list[dict]:
+def _parse_listing(body: bytes, content_type: str, base: str) -> list[dict[str, Any]]:
     if "json" in content_type:
         return list(json.loads(body)["files"])
     parser = _LinkParser()
@@ -112,14 +113,14 @@ def _parse_listing(body: bytes, content_type: str, base: str) -> list[dict]:
     return files
 
 
-def _uploaded(entry: dict) -> datetime | None:
+def _uploaded(entry: dict[str, Any]) -> datetime | None:
     try:
         return datetime.fromisoformat(entry["upload-time"])
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def _to_index_file(entry: dict) -> IndexFile | None:
+def _to_index_file(entry: dict[str, Any]) -> IndexFile | None:
     name = entry["filename"]
     try:
         if name.endswith(".whl"):

@@ -140,16 +140,18 @@ class RangeFile(io.RawIOBase):
         if self._whole is not None:
             data = self._whole[self.pos:end]
         else:
-            data = self._cached(self.pos, end)
-            if data is None:
+            cached = self._cached(self.pos, end)
+            if cached is None:
                 got = self._get(f"bytes={self.pos}-{end - 1}")
                 data = got[1] if got is not None else (self._whole or b"")[self.pos:end]
                 if got is not None:
                     self._keep(self.pos, data)
+            else:
+                data = cached
         self.pos += len(data)
         return data
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer) -> int:
         data = self.read(len(buffer))
         buffer[:len(data)] = data
         return len(data)

@@ -267,7 +267,7 @@ def _check_values(document: tuple) -> None:
             if found := _SURROGATE.search(value):
                 raise HeaderError(f"header string {_quote(value)} holds an unpaired UTF-16 surrogate escape "
                                   f"\\u{ord(found.group()):04x}, which the safetensors library refuses")
-        elif type(value) in (list, tuple):
+        elif type(value) is list or type(value) is tuple:
             if level > MAX_NESTING:
                 raise _too_deep()
             items = value if type(value) is list else [part for pair in value for part in pair]
@@ -389,7 +389,7 @@ def _check_layout(tensors: dict[str, TensorInfo], spans: dict[str, tuple[int, in
             raise _bad(name, _misplaced(begin, stop, end, previous))
         _check_size(tensors[name], begin, stop)
         end, previous = stop, name
-    if end > body:
+    if end > body and previous is not None:  # past the body: some tensor ends there
         raise HeaderError(f"tensor {_quote(previous)} ends at byte {data_start + end} but the file has "
                           f"{data_start + body} bytes: truncated ({end - body} bytes missing)")
     if end < body:

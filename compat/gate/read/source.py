@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 from compat.errors import CompatError
 
@@ -53,7 +53,7 @@ class StorageError(OSError):
     """A request to the storage still failed after ``ATTEMPTS`` tries: the file's bytes were not judged."""
 
 
-def is_url(path: object) -> bool:
+def is_url(path: object) -> TypeGuard[str]:
     """``protocol://...``: a file of an fsspec filesystem, not a local path."""
     return isinstance(path, str) and _URL.match(path) is not None
 

@@ -49,6 +49,8 @@ class SampleTensors:
         for t in v.layers:  # eagle: hidden_state (or column ranges of it), then target
             if t.columns is None:
                 out.append(self._get(t.key)[start:stop])
+            elif isinstance(t.columns, int):  # a column of vLLM's stacked tensor, never an EAGLE layer
+                raise TypeError(f"{t.key}: a single column in an EAGLE layout")
             else:
                 lo, hi = t.columns
                 out.append(self._get(t.key)[start:stop, lo:hi])

@@ -19,6 +19,7 @@ import pickle
 import pickletools
 import zlib
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import mul
 
@@ -133,7 +134,7 @@ def _rebuild_tensor_v2(storage, offset, size, stride, *_rest) -> TensorStub:
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | bytearray) -> None:
         # A reader with ``peek``, which the C unpickler prefetches from: over a bare BytesIO it calls ``read``
         # for every opcode, which made unpickling a small sample's pickle cost two and a half times as much.
         super().__init__(io.BufferedReader(io.BytesIO(data), buffer_size=max(len(data), 1)))
@@ -189,7 +190,7 @@ def read_archive(path: str, directory: Directory | None = None) -> Archive:
     return Archive(directory, name[:-len("data.pkl")], data)
 
 
-def _refuse_sets(data: bytes) -> None:
+def _refuse_sets(data: bytes | bytearray) -> None:
     """Sets cost three times a list per pickle byte, and plain tensors' pickles never hold one."""
     try:
         names = {op.name for op, _, _ in pickletools.genops(data)}
@@ -240,12 +241,13 @@ def refuse_shared(obj) -> None:
     """
     seen: dict[int, tuple] = {id(obj): ()}
     scalar_tuples: set[int] = set()
-    stack: list[tuple[object, tuple]] = [(obj, ())] if isinstance(obj, _CONTAINERS) else []
+    stack: list[tuple[dict | list | tuple | set | frozenset, tuple]] = (
+        [(obj, ())] if isinstance(obj, _CONTAINERS) else [])
     while stack:  # each container is marked when first reached, so the first reach is the first in order
         node, path = stack.pop()
         if isinstance(node, dict):
             keys = [(("key", i), key) for i, key in enumerate(node) if isinstance(key, (tuple, frozenset))]
-            children = [*keys, *node.items()] if keys else node.items()
+            children: Iterable[tuple[object, object]] = [*keys, *node.items()] if keys else node.items()
         else:
             children = enumerate(node) if isinstance(node, (list, tuple)) else (("member", v) for v in node)
         for step, child in children:

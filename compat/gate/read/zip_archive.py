@@ -153,7 +153,7 @@ def read_directory(path: str) -> Directory:
         os.close(fd)
 
 
-def _checked(path: str, size: int, source: _Source | _RemoteSource, identity: tuple) -> Directory:
+def _checked(path: str, size: int, source: _Bytes, identity: tuple) -> Directory:
     global _last_read
     cd_offset, cd_size, count = _end_record(source, size)
     if cd_size > MAX_DIRECTORY:
@@ -217,6 +217,10 @@ class _RemoteSource:
         return window, tail, 0
 
 
+_Bytes = _Source | _RemoteSource
+"""Where an archive's bytes are read from: a local file or a URL."""
+
+
 def _read_exactly(fd: int, offset: int, length: int) -> bytes:
     data = os.pread(fd, length, offset)
     while len(data) < length:
@@ -227,7 +231,7 @@ def _read_exactly(fd: int, offset: int, length: int) -> bytes:
     return data
 
 
-def _end_record(source: _Source, size: int) -> tuple[int, int, int]:
+def _end_record(source: _Bytes, size: int) -> tuple[int, int, int]:
     """Central directory offset, size and entry count, from the end record (zip64 when it says so)."""
     window, tail, base = source.tail(size)
     at = tail.rfind(b"PK\x05\x06", base)
@@ -259,7 +263,7 @@ def _end_record(source: _Source, size: int) -> tuple[int, int, int]:
     return cd_offset, cd_size, count
 
 
-def _members(source: _Source, cd_offset: int, cd_size: int, count: int) -> tuple[dict[str, Member], int]:
+def _members(source: _Bytes, cd_offset: int, cd_size: int, count: int) -> tuple[dict[str, Member], int]:
     """Each central directory entry, checked alone and against its local header (or data descriptor): same
     name, method, sizes and CRC; then no two members may overlap, nor run into the central directory. Also
     returns the uncompressed bytes they declare in all.
@@ -348,7 +352,7 @@ def _check_entry(name: str, flags: int, method: int, compressed: int, size: int,
                                 f"and the central directory (byte {cd_offset})")
 
 
-def _check_local(source: _Source, name: str, extra_at: int, elen: int, local: tuple, central: tuple) -> None:
+def _check_local(source: _Bytes, name: str, extra_at: int, elen: int, local: tuple, central: tuple) -> None:
     """Raise unless the local header's CRC and sizes (zip64 when marked so) are the directory's."""
     crc, compressed, size = local
     if _FULL32 in (compressed, size):
@@ -401,7 +405,7 @@ class MemberStream:
         self._start()
 
     def _start(self) -> None:
-        self._inflater = zlib.decompressobj(-15) if self.member.method == 8 else None
+        self._inflater = zlib.decompressobj(-15)  # used only for a deflated member (method 8)
         self.position = 0
         self._fed = 0
         self._pending = b""

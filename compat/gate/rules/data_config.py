@@ -13,7 +13,7 @@ from compat.gate.expect import Conflict
 from compat.gate.rules.rule import Context, Phase, ReadSubject, Rule, RuleFinding
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     return str(list(value)) if isinstance(value, tuple) else str(value)
 
 

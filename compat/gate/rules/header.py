@@ -75,8 +75,8 @@ def _layer_shape(s: SampleView, _ctx: Context) -> Sequence[RuleFinding]:
     if empty:
         return [RuleFinding(f"{empty[0].name} is {shape_text(empty[0].shape)}: a layer with no hidden dimension holds "
                             "no state", "capture the layers' full hidden states", found=shape_text(empty[0].shape))]
-    shapes = {t.shape for t in s.layers}
-    if len(shapes) > 1:
+    distinct = {t.shape for t in s.layers}
+    if len(distinct) > 1:
         listed = some([f"{t.name} {shape_text(t.shape)}" for t in s.layers])
         return [RuleFinding(f"layers disagree in shape: {listed}", "slice every layer the same way", found=listed)]
     return ()

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from compat.findings import Status
 from compat.gate.pairing import Pairing
-from compat.gate.recompute import BASELINE_MARGIN, ComparisonError, state_name
+from compat.gate.recompute import BASELINE_MARGIN, ComparisonError, LayerMatch, state_name
 from compat.gate.rules.rule import Context, Phase, ReferenceSubject, Rule, RuleFinding, some
 
 
@@ -24,7 +24,8 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
             msg = (f"{c.view.layers[m.slot].name}: relative error {m.rel:.3g} (max {m.max_rel:.3g}{_why(m)}), min "
                    f"cosine {m.min_cos:.4f} (min {m.required_cos:.4g}) against "
                    f"{state_name(m.state, c.n_layers) if m.state is not None else '-'}")
-            if m.best_state is not None and m.best_state != m.state and m.best_rel <= m.max_rel:
+            if m.best_state is not None and m.best_state != m.state and m.best_rel is not None \
+                    and m.best_rel <= m.max_rel:
                 msg += f"; it matches {state_name(m.best_state, c.n_layers)} (relative error {m.best_rel:.3g})"
             problems.append(msg)
     inferred = [m.state for m, want in zip(layers, c.expected_states) if want is None and isinstance(m.state, int)]
@@ -37,8 +38,8 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
         hint = ""
         numbered = [m for m in layers if isinstance(m.state, int)]  # not EAGLE's final states, which have no id
         if not c.inferred and len(numbered) == len(problems) and all(
-                m.best_state is not None and m.best_state == m.state + (1 if c.numbering == "input" else -1)
-                for m in numbered):
+                m.best_state is not None and isinstance(m.state, int)
+                and m.best_state == m.state + (1 if c.numbering == "input" else -1) for m in numbered):
             other = "output" if c.numbering == "input" else "input"
             hint = f" All layers are off by one: the file follows --layer-numbering {other}."
         return [RuleFinding(f"{len(problems)} of {len(layers)} layers differ from HF transformers: "
@@ -48,8 +49,10 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
     worst = max(layers, key=lambda m: m.rel)
     loose = [m for m in layers if not m.decisive]
     if loose and not c.inferred:
+        # A layer is loose only against another state (other_rel set), so other_state is set too.
         names = some([f"{c.view.layers[m.slot].name}: bound {m.max_rel:.3g}{_why(m)}, but "
-                      f"{state_name(m.other_state, c.n_layers)} is only {m.other_rel:.3g} away" for m in loose], "; ")
+                      f"{state_name(m.other_state, c.n_layers) if m.other_state is not None else '-'} is only "
+                      f"{m.other_rel:.3g} away" for m in loose], "; ")
         return [RuleFinding(f"{len(loose)} of {len(layers)} layers are within their bound, but the bound cannot tell "
                             f"their state from another one: {names}", "recompute in float32, or compare with "
                             "--max-rel below the distance to the nearest other state",
@@ -66,7 +69,7 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
                         f"{worst.rel:.2g}, tolerance {worst.max_rel:.2g}{_why(worst)})", status=Status.OK)]
 
 
-def _why(m) -> str:
+def _why(m: LayerMatch) -> str:
     """Where a layer's bound came from, when the dtype's measured error set it."""
     if m.baseline_rel is None or m.max_rel > BASELINE_MARGIN * m.baseline_rel + 1e-12:
         return ""
@@ -85,7 +88,7 @@ def _pairing(p: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
     if p.verdict == "error":
         return [RuleFinding(f"token pairing could not be measured: {p.error_type}: {p.message}", status=Status.ERROR,
                             found=p.error_type, traceback=p.traceback)]
-    if p.verdict == "ok":
+    if p.verdict == "ok" or p.lean is None or p.typical is None:  # a pairing judged has both
         return ()
     lean = (f"{p.layer} leans {p.lean.mean:.3g} (standard error {p.lean.se:.2g}) toward its tokens' embeddings, "
             f"where the typical sample leans {p.typical:.3g}")

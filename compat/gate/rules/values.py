@@ -4,6 +4,7 @@ finite values, no all-zero layer, no duplicate layer, a plausible layer order.""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 from compat.gate.expect import Expectations
 from compat.gate.read.views import SampleView
@@ -11,6 +12,7 @@ from compat.gate.rules.rule import SHOWN, Context, Phase, Rule, RuleFinding, Val
 from compat.gate.value_stats import SampleValues
 
 NONFINITE_POLICIES = ("fail", "warn", "skip")
+T = TypeVar("T")
 ORDER_RATIO = 0.5
 """layer_order fires when a later layer's median RMS is below this fraction of an earlier layer's."""
 
@@ -118,7 +120,7 @@ DISTINCT_ROWS = Rule("distinct_rows", "--values: no token's row repeats the prev
 
 DISTINCT_LAYERS = Rule("distinct_layers", "--values: no two layers are identical", Phase.VALUES, _distinct_layers)
 
-def _first(items: Sequence) -> Sequence:
+def _first(items: Sequence[T]) -> Sequence[T]:
     return items[:SHOWN]
 
 
