@@ -146,7 +146,7 @@ def _record_startup(calls: list[str]) -> list[tuple[Any, str, Any]]:
         setattr(owner, name, wrapper)
         patched.append((owner, name, original))
     # Only what EngineCore.__init__ does counts as its start-up (the LLM front end calls more later).
-    engine_core = core_module.EngineCore
+    engine_core: Any = core_module.EngineCore  # its __init__ is replaced for the run
     original_init = engine_core.__init__
 
     def init(self, *args, **kwargs):
@@ -168,7 +168,7 @@ def _model_facts(worker: Any) -> dict:
     model = worker.model_runner.model
     facts: dict[str, Any] = {"cls": f"{type(model).__module__}.{type(model).__qualname__}",
                              "eagle3": bool(supports_eagle3(model))}
-    frontier = [([], model)]
+    frontier: list[tuple[list[str], Any]] = [([], model)]
     while frontier:
         path, obj = frontier.pop(0)
         if path and hasattr(obj, "layers"):
@@ -217,8 +217,8 @@ def engine(spec: dict) -> dict:
 
     def request(rid: str, tokens: int) -> Any:
         accepted = inspect.signature(Request).parameters
-        kwargs = {"request_id": rid, "prompt_token_ids": list(range(1, tokens + 1)), "sampling_params": params,
-                  "pooling_params": None}
+        kwargs: dict[str, Any] = {"request_id": rid, "prompt_token_ids": list(range(1, tokens + 1)),
+                                  "sampling_params": params, "pooling_params": None}
         if "eos_token_id" in accepted:
             kwargs["eos_token_id"] = None
         return Request(**{k: v for k, v in kwargs.items() if k in accepted})

@@ -43,9 +43,9 @@ MESSAGE_LIMIT = 2000
 layers (``SHOWN``); this bounds what they do not foresee, such as the names a hostile file holds."""
 
 
-def _capped(text: str | None, limit: int = MESSAGE_LIMIT) -> str | None:
+def _capped(text: str, limit: int = MESSAGE_LIMIT) -> str:
     """``text`` cut to ``limit`` characters, saying how many more there were."""
-    if text is None or len(text) <= limit:
+    if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
@@ -59,7 +59,7 @@ def _finding(root: str, key: Key, rule: str, f: RuleFinding) -> Finding:
                    place=Place(rel, sample=key[1]))
 
 
-def collect(views: list[FileView], found: RuleResults, ignore: frozenset[str], root: Path) -> list[Finding]:
+def collect(views: list[FileView], found: RuleResults, ignore: frozenset[str], root: Path | str) -> list[Finding]:
     """Every dataset's findings, then every file's: the file's own first, then each sample's of a list file."""
     top = str(root)  # a str: where() would convert a Path for every finding
     files = {view.path for view in views}

@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from compat.errors import CompatError
 from compat.gate.expect import Expectations
@@ -108,7 +108,9 @@ class HFReference:
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()
         try:
-            self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype))
+            # transformers types .to() so that mypy cannot call it: the model is kept untyped.
+            loaded = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype))
+            self.model: Any = cast(Any, loaded)
             if device != "cpu":
                 self.model = self.model.to(device)
         except Exception as exc:

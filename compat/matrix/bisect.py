@@ -143,7 +143,7 @@ class Judge:
     def __call__(self, build: str) -> Trial:
         found = [f for f in self.findings(build) if key_of(f) == self.touchpoint]
         bad = [f for f in found if policy.fails(f.status, self.fail_on)]
-        return Trial(build, (bad or found or [None])[0], self.fail_on)
+        return Trial(build, next(iter(bad or found), None), self.fail_on)
 
 
 # ---- git ---------------------------------------------------------------------------------------

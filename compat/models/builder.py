@@ -25,6 +25,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from compat.errors import CompatError
 
@@ -67,10 +68,10 @@ def _config(spec: ModelSpec):
     from transformers import DeepseekV3Config, LlamaConfig, Qwen3Config
 
     heads = 4
-    common = dict(vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, intermediate_size=2 * spec.hidden_size,
-                  num_hidden_layers=spec.num_layers, num_attention_heads=heads,
-                  max_position_embeddings=spec.max_positions, bos_token_id=0, eos_token_id=1, pad_token_id=2,
-                  tie_word_embeddings=False)
+    common: dict[str, Any] = dict(
+        vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, intermediate_size=2 * spec.hidden_size,
+        num_hidden_layers=spec.num_layers, num_attention_heads=heads, max_position_embeddings=spec.max_positions,
+        bos_token_id=0, eos_token_id=1, pad_token_id=2, tie_word_embeddings=False)
     if spec.arch == "llama":
         return LlamaConfig(num_key_value_heads=2, **common)
     if spec.arch == "predictable":

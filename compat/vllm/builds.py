@@ -69,7 +69,7 @@ def open_build(spec: str | None, package: str = "vllm", version_override: str | 
         opened = _open(spec, package)
     if version_override:
         build = opened.surface.build
-        opened.surface.build = BuildInfo(build.name, version_override, build.origin, build.reading, build.root)  # type: ignore[misc]
+        opened.surface.build = BuildInfo(build.name, version_override, build.origin, build.reading, build.root)
     return opened
 
 

@@ -170,7 +170,9 @@ class CallableReader:
                                                         [*value.args, *(k.value for k in value.keywords)])):
                 return False
             target = self.surface.resolve_expr(info, _from_table(info, node, value.func) or value.func)
-            defined = definition(target) if isinstance(target, Found) and target.kind == FoundKind.FUNCTION else None
+            if not isinstance(target, Found) or target.kind != FoundKind.FUNCTION:
+                return False
+            defined = definition(target)
             if defined is None or defined.function is None:
                 return False
             keeps = self._wrapper_signature(defined.module, defined.function, Signature(()), target.path, depth + 1)
@@ -346,13 +348,14 @@ class CallableReader:
     def constant_text(self, cls: ClassModel | None, node: ast.expr, info: ModuleInfo | None = None) -> str:
         """A default as ``inspect`` shows it: a name bound to a literal reads as the literal."""
         if isinstance(node, ast.Name):
-            scopes = []
+            scopes: list[list[ast.Assign | ast.AnnAssign]] = []
             if cls is not None:
                 scopes.append([s for s in cls.node.body if isinstance(s, (ast.Assign, ast.AnnAssign))])
             module = info or (cls.module if cls is not None else None)
             if module is not None:
                 binding = module.bindings.get(node.id)
-                if binding is not None and binding.kind == BindingKind.ASSIGN:
+                if binding is not None and binding.kind == BindingKind.ASSIGN and \
+                        isinstance(binding.node, (ast.Assign, ast.AnnAssign)):
                     scopes.append([binding.node])
                 elif binding is not None and binding.kind == BindingKind.IMPORT and binding.module:
                     target = self.surface.module_lookup(binding.module, binding.name or node.id)
@@ -409,19 +412,23 @@ def _from_table(info: ModuleInfo, node: FunctionNode, func: ast.expr) -> ast.exp
     if not isinstance(func, ast.Name):
         return None
     for stmt in ast.walk(node):
-        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Tuple)
-                and isinstance(stmt.value, ast.Subscript) and isinstance(stmt.value.value, ast.Name)
-                and isinstance(stmt.value.slice, ast.Constant)):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Tuple)):
+            continue
+        table = stmt.value
+        if not (isinstance(table, ast.Subscript) and isinstance(table.value, ast.Name)
+                and isinstance(table.slice, ast.Constant)):
             continue
         names = [t.id if isinstance(t, ast.Name) else None for t in stmt.targets[0].elts]
         if func.id not in names:
             continue
         for top in info.tree.body:
-            target = top.targets[0] if isinstance(top, ast.Assign) and len(top.targets) == 1 else \
-                top.target if isinstance(top, ast.AnnAssign) else None
-            if isinstance(target, ast.Name) and target.id == stmt.value.value.id and isinstance(top.value, ast.Dict):
+            if not isinstance(top, (ast.Assign, ast.AnnAssign)):
+                continue
+            target = top.target if isinstance(top, ast.AnnAssign) else top.targets[0] if len(top.targets) == 1 \
+                else None
+            if isinstance(target, ast.Name) and target.id == table.value.id and isinstance(top.value, ast.Dict):
                 for key, value in zip(top.value.keys, top.value.values):
-                    if isinstance(key, ast.Constant) and key.value == stmt.value.slice.value and \
+                    if isinstance(key, ast.Constant) and key.value == table.slice.value and \
                             isinstance(value, ast.Tuple) and len(value.elts) == len(names):
                         return value.elts[names.index(func.id)]
     return None

@@ -195,9 +195,10 @@ def _read_lazy_map(info: ModuleInfo, node: ast.Dict) -> None:
             return
         if isinstance(value, ast.Constant) and isinstance(value.value, str) and ":" in value.value:
             module, _, attr = value.value.partition(":")
-        elif isinstance(value, ast.Tuple) and len(value.elts) == 2 and all(
-                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts):
-            module, attr = value.elts[0].value, value.elts[1].value  # type: ignore[union-attr]
+        elif isinstance(value, ast.Tuple) and len(value.elts) == 2 and \
+                isinstance(first := value.elts[0], ast.Constant) and isinstance(first.value, str) and \
+                isinstance(second := value.elts[1], ast.Constant) and isinstance(second.value, str):
+            module, attr = first.value, second.value
         else:
             return
         if module.startswith("."):
@@ -207,7 +208,7 @@ def _read_lazy_map(info: ModuleInfo, node: ast.Dict) -> None:
     info.lazy.update(entries)
 
 
-def getattr_names(tree: ast.Module) -> dict[str, ast.AST] | None:
+def getattr_names(tree: ast.Module) -> dict[str, ast.stmt] | None:
     """The names a module's ``__getattr__(name)`` serves, when it serves a fixed set: each return sits under a
     test of ``name`` against string constants (``if name == "current_platform"``, ``name in ("a", "b")``) or
     returns one of the module's own globals; anything else (a computed lookup) is None: not known statically."""
@@ -215,7 +216,7 @@ def getattr_names(tree: ast.Module) -> dict[str, ast.AST] | None:
     if function is None or not function.args.args:
         return None
     param = function.args.args[0].arg
-    served: dict[str, ast.AST] = {}
+    served: dict[str, ast.stmt] = {}
 
     def constants(test: ast.expr) -> list[str] | None:
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) and \
@@ -225,7 +226,7 @@ def getattr_names(tree: ast.Module) -> dict[str, ast.AST] | None:
                                                                                           ast.Set)) else [right]
             if isinstance(test.ops[0], (ast.Eq, ast.In)) and all(isinstance(v, ast.Constant) and isinstance(
                     v.value, str) for v in values):
-                return [v.value for v in values]
+                return [v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
         return None
 
     def own_global(value: ast.expr | None) -> bool:  # globals()[name]

@@ -183,17 +183,18 @@ class TypeReader:
     def annotation_class(self, info: ModuleInfo, annotation: ast.expr) -> Lookup:
         """The single class an annotation names (``X``, ``"X"``, ``X | None``, ``Optional[X]``)."""
         if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            text = annotation.value
             try:
-                annotation = ast.parse(annotation.value, mode="eval").body
+                annotation = ast.parse(text, mode="eval").body
             except SyntaxError:
-                return Unresolved(f"unreadable annotation {annotation.value!r}")
+                return Unresolved(f"unreadable annotation {text!r}")
         if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
             options = [o for o in _union_members(annotation) if not _is_none(o)]
             if len(options) == 1:
                 return self.annotation_class(info, options[0])
-            found = [self.annotation_class(info, o) for o in options]
+            classes = [self.annotation_class(info, o) for o in options]
             outside = all(isinstance(f, Found) and f.kind == FoundKind.EXTERNAL or
-                          isinstance(f, Unresolved) and f.outside for f in found)
+                          isinstance(f, Unresolved) and f.outside for f in classes)
             return Unresolved(f"annotation {ast.unparse(annotation)} names several types", outside=outside)
         if isinstance(annotation, ast.Subscript):
             head = ast.unparse(annotation.value).rsplit(".", 1)[-1]
