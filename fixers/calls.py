@@ -24,7 +24,7 @@ from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import call_of, imported_as
 from compat.fixers import Fixer
-from compat.signature import ParamKind, Signature
+from compat.signature import BindCode, ParamKind, Signature
 from compat.vllm.surface import Found, relocated
 
 HANDLED = {"unexpected-keyword", "missing-required"}
@@ -158,7 +158,7 @@ class CallAdapter(Fixer):
             for problem in sig.bind(tp.call, name):
                 if problem.code not in HANDLED or problem.parameter is None:
                     raise CompatError(f"vLLM {build.version}: {problem.message} (no fixer for {problem.code})")
-                target = dropped if problem.code == "unexpected-keyword" else required
+                target = dropped if problem.code == BindCode.UNEXPECTED_KEYWORD else required
                 target.setdefault(problem.parameter, []).append(build)
         if not dropped and not required:
             return

@@ -27,7 +27,7 @@ import ast
 
 from compat.fixers.protocol import CODE as EXECUTE_MODEL
 
-from compat.consumer.model import Kind, StepLoop
+from compat.consumer.model import Finishes, Kind, StepLoop
 from compat.fix.context import FixContext
 from compat.fix.edits import InsertAfter, InsertBefore, ReplaceStatements
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
@@ -326,7 +326,7 @@ class StepLoopFix(Fixer):
     def _why_not(ctx: FixContext, loop: StepLoop | None, captures: bool) -> str:
         if loop is None:
             return "not a step loop the scan read"
-        if loop.finishes != "scheduled" or not loop.executor or not loop.finish_status:
+        if loop.finishes != Finishes.SCHEDULED or not loop.executor or not loop.finish_status:
             return "the loop does not run `<executor>.execute_model(out)` and finish the step's requests"
         if loop.others:
             return f"the loop also runs {loop.others[0]!r}, which a rewritten loop would drop"

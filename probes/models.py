@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from compat.consumer.model import Kind, ModelPatch, Ref
+from compat.consumer.model import Kind, ModelPatch, Ref, RefKind
 from compat.facts import models
 from compat.findings import Evidence, Finding, Place, Status
 from compat.location import Location
@@ -18,10 +18,10 @@ MODEL_ROOT = ("model_runner", "model")
 def consumer_path(ref: Ref | None) -> list[str] | None:
     """Attribute names from vLLM's top-level model to the object the consumer patches."""
     names: list[str] = []
-    while ref is not None and ref.kind == "attribute":
+    while ref is not None and ref.kind == RefKind.ATTRIBUTE:
         names.insert(0, ref.name or "?")
         ref = ref.base
-    if ref is None or ref.kind != "worker" or tuple(names[: len(MODEL_ROOT)]) != MODEL_ROOT:
+    if ref is None or ref.kind != RefKind.WORKER or tuple(names[: len(MODEL_ROOT)]) != MODEL_ROOT:
         return None
     return names[len(MODEL_ROOT):]
 
@@ -122,7 +122,7 @@ class ModelConventionProbe(Probe):
             yield self._finding(patch, arch, "layer-call", Status.BROKEN, "; ".join(p.message for p in problems),
                                 layer.at, call.location, evidence)
             return
-        positional_names = [p.name for p in params if p.kind in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")]
+        positional_names = [p.name for p in params if p.kind in (ParamKind.POSITIONAL_ONLY, ParamKind.POSITIONAL_OR_KEYWORD)]
         passed_by_build = set(positional_names[: len(build_call.positional)]) | set(build_call.keywords)
         passed_by_consumer = set(positional_names[: call.call.positional]) | set(call.call.keywords)
         dropped = sorted(passed_by_build - passed_by_consumer)

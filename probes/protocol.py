@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compat.consumer.model import Kind, TouchPoint
+from compat.consumer.model import Kind, RefKind, TouchPoint
 from compat.facts import protocol
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
@@ -12,7 +12,7 @@ from compat.vllm.surface import Found
 class ProtocolProbe(Probe):
     def applies(self, tp: TouchPoint) -> bool:
         return tp.kind == Kind.ATTRIBUTE and tp.attribute == "execute_model" and tp.call is not None \
-            and tp.receiver is not None and tp.receiver.kind != "worker"
+            and tp.receiver is not None and tp.receiver.kind != RefKind.WORKER
 
     def check(self, ctx: ProbeContext, tp: TouchPoint) -> Finding | None:
         owner = ctx.class_of(tp.receiver)

@@ -9,7 +9,7 @@ until its last step's output was handed back, a loop that never hands outputs ba
 
 from __future__ import annotations
 
-from compat.consumer.model import Kind, StepLoop
+from compat.consumer.model import Finishes, Kind, StepLoop
 from compat.facts import scheduling
 from compat.findings import Evidence, Finding, Place, Status
 from compat.probe import Probe, ProbeContext
@@ -72,19 +72,19 @@ class StepsProbe(Probe):
                                 extra=evidence.extra)
         where = f"the loop at {loop.location}"
         faults, at = [], None
-        if loop.finishes == "scheduled" and splits:
+        if loop.finishes == Finishes.SCHEDULED and splits:
             faults.append(f"{where} finishes every request a step scheduled ({loop.finish}), and this build splits a "
                           f"prompt at the step's token budget ({why}): a prompt the budget cuts is finished after its "
                           "first part, its later rows are never computed, and the rows after it go to other prompts")
             at = facts.chunked_prefill_at
-        elif loop.finishes == "scheduled" and facts.skips_ahead_at:
+        elif loop.finishes == Finishes.SCHEDULED and facts.skips_ahead_at:
             faults.append(f"{where} takes each step's rows in the order the prompts were added, and without chunked "
                           f"prefill this build leaves a prompt that does not fit what is left of a step's budget for "
                           f"a later step and runs the prompts after it first ({facts.skips_ahead_at}: "
                           f"{facts.skips_ahead_text}): when a call's prompts hold more tokens than one step takes, "
                           "rows come back in another order than the prompts")
             at = facts.skips_ahead_at
-        if not loop.updates and facts.holds_preempted_at and (splits or loop.finishes != "scheduled"):
+        if not loop.updates and facts.holds_preempted_at and (splits or loop.finishes != Finishes.SCHEDULED):
             faults.append(f"{where} never hands a step's output back to the scheduler (update_from_output), and this "
                           f"build keeps a preempted request waiting until it is ({facts.holds_preempted_at}: "
                           f"{facts.holds_preempted_text})" + (

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 
 from compat.consumer.index import ConsumerModule
-from compat.consumer.model import StepLoop
+from compat.consumer.model import Finishes, StepLoop
 from compat.location import Location
 from compat.syntax import walk_shallow
 
@@ -45,12 +45,12 @@ def _method_calls(body: list[ast.stmt], name: str) -> list[ast.Call]:
             and isinstance(n.func, ast.Attribute) and n.func.attr == name]
 
 
-def _finishes(body: list[ast.stmt], scheduler: str, output: str | None) -> tuple[str, ast.Call | None]:
-    """How the loop finishes requests: ``scheduled`` (every request the step scheduled, by iterating the step's
-    ``num_scheduled_tokens`` or ``scheduled_*`` ids), ``other`` (some other set), or '' (it does not)."""
+def _finishes(body: list[ast.stmt], scheduler: str, output: str | None) -> tuple[Finishes, ast.Call | None]:
+    """How the loop finishes requests (``scheduled``: by iterating the step's ``num_scheduled_tokens`` or
+    ``scheduled_*`` ids), and the call that finishes them."""
     calls = [c for c in _method_calls(body, "finish_requests") if ast.unparse(c.func.value) == scheduler]  # type: ignore[attr-defined]
     if not calls:
-        return "", None
+        return Finishes.NONE, None
     loops = [n for stmt in body for n in ast.walk(stmt) if isinstance(n, (ast.For, ast.comprehension))]
     for call in calls:
         ids = ast.unparse(call.args[0]) if call.args else ""
@@ -58,10 +58,10 @@ def _finishes(body: list[ast.stmt], scheduler: str, output: str | None) -> tuple
             source = ast.unparse(loop.iter)
             target = ast.unparse(loop.target)
             if output and source.startswith(f"{output}.") and "num_scheduled_tokens" in source and target in ids:
-                return "scheduled", call
+                return Finishes.SCHEDULED, call
         if output and ids.startswith(f"{output}.") and "num_scheduled_tokens" in ids:
-            return "scheduled", call
-    return "other", calls[0]
+            return Finishes.SCHEDULED, call
+    return Finishes.OTHER, calls[0]
 
 
 def _other_statements(loop: ast.While, executes: ast.Call | None, finish: ast.Call | None) -> tuple[str, ...]:
