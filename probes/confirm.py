@@ -51,7 +51,8 @@ class ConfirmProbe(Probe):
                 yield self._failed(f"model {arch}", check.run, ("model",))
                 continue
             yield from self._model(ctx.fact(models.FACT, arch), arch, check.model)
-        listed = {s.name for s in ctx.fact(startup.FACT).steps if s.kind in (startup.StepKind.EXECUTOR, startup.StepKind.FUNCTION)}
+        listed = {s.name for s in ctx.fact(startup.FACT).steps
+                  if s.kind in (startup.StepKind.EXECUTOR, startup.StepKind.FUNCTION)}
         taken = list(engine.startup_calls)
         missed = sorted({name for name in taken if name not in listed} - {"shutdown"})
         yield self._compare("startup", "start-up steps the engine took that the static reading does not list",

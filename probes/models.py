@@ -122,7 +122,8 @@ class ModelConventionProbe(Probe):
             yield self._finding(patch, arch, "layer-call", Status.BROKEN, "; ".join(p.message for p in problems),
                                 layer.at, call.location, evidence)
             return
-        positional_names = [p.name for p in params if p.kind in (ParamKind.POSITIONAL_ONLY, ParamKind.POSITIONAL_OR_KEYWORD)]
+        positional_names = [p.name for p in params
+                            if p.kind in (ParamKind.POSITIONAL_ONLY, ParamKind.POSITIONAL_OR_KEYWORD)]
         passed_by_build = set(positional_names[: len(build_call.positional)]) | set(build_call.keywords)
         passed_by_consumer = set(positional_names[: call.call.positional]) | set(call.call.keywords)
         dropped = sorted(passed_by_build - passed_by_consumer)

@@ -13,8 +13,18 @@ import ast
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from compat.consumer.guards import (All, Any_, Const, GuardExpr, HasAttr, Not, Opaque, Unevaluated, VersionCmp,
-                                   VersionForm)
+from compat.consumer.guards import (
+    All,
+    Any_,
+    Const,
+    GuardExpr,
+    HasAttr,
+    Not,
+    Opaque,
+    Unevaluated,
+    VersionCmp,
+    VersionForm,
+)
 from compat.consumer.helpers import (
     Distributions,
     Function,
