@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 from compat.consumer.model import ClassPatch, ConsumerClass, Kind, PatchKind, Ref, RefKind, Scan, TouchPoint
 from compat.facts import Fact
 from compat.facts.lineage import FACT as LINEAGE
-from compat.findings import Evidence, Finding, Place, Status
+from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.signature import Signature
 from compat.vllm.surface import Found, Lookup, Missing, Surface, Unresolved
 
@@ -443,5 +443,5 @@ class Probe:
                 evidence: Evidence | None = None, fix: str | None = None, symbol: str | None = None) -> Finding:
         return Finding(check=self.name, status=status, symbol=symbol or tp.symbol,
                        consumer_location=str(tp.location), vllm_location=vllm_location, message=message,
-                       evidence=evidence or Evidence(), fix=fix, kind=tp.kind.value, code=tp.code or None,
+                       evidence=evidence or Evidence(), fix=fix, kind=FindingKind(tp.kind.value), code=tp.code or None,
                        touchpoint=tp.symbol, place=Place.at(tp.location))

@@ -112,7 +112,7 @@ class RankReplies(Fixer):
             return plan
         executor = failing[0][1].symbol.rpartition(".")[0]
         shapes = {b.version: b.fact(replies.FACT, executor).multiproc.without_rank for b in ctx.builds}
-        not_lists = sorted(v for v, shape in shapes.items() if shape != "list")
+        not_lists = sorted(v for v, shape in shapes.items() if shape != replies.ReplyShape.LIST)
         for location, pairs in ctx.by_location(failing).items():
             finding = pairs[0][1]
             tp = ctx.touchpoint(location, Kind.RPC.value)

@@ -20,13 +20,13 @@ from enum import StrEnum
 
 from compat.probes.rpc import RPC_WRAPPERS
 
-from compat.consumer.model import ClassPatch, Kind, PatchKind
+from compat.consumer.model import ClassPatch, PatchKind
 from compat.facts.abstract import FACT as INTERFACE
 from compat.facts.abstract import HOOKS
 from compat.facts.callers import FACT as CALLERS
 from compat.facts.callers import SENT_RPCS, CallSite
 from compat.facts.lineage import FACT as LINEAGE
-from compat.findings import Evidence, Finding, Place, Status
+from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, Signature
 from compat.vllm.surface import Found, Missing, Surface
@@ -108,7 +108,7 @@ class InboundProbe(Probe):
                 Evidence(written_for=f"{name}: {was}", audited=f"{name} left to subclasses, called at "
                          + ", ".join(s.at for s in sites[:4]), written_for_build=ctx.written_for.build.version),
                 fix=f"define {name} in {patch.patcher} (see what vLLM's own subclasses of {base.path} do)",
-                kind=Kind.PATCH.value, place=Place.at(patch.location), touchpoint=f"{patch.target}:{name}"))
+                kind=FindingKind.PATCH, place=Place.at(patch.location), touchpoint=f"{patch.target}:{name}"))
         return found
 
     def _unknown_rpcs(self, ctx: ProbeContext, patch: ClassPatch, base: Found) -> list[Finding]:
@@ -140,7 +140,7 @@ class InboundProbe(Probe):
                 "whether a run reaches it depends on what the user calls"),
                 Evidence(written_for=f"{name} not sent", audited="sent at " + ", ".join(s.at for s in sites[:4]),
                          written_for_build=ctx.written_for.build.version),
-                fix=f"define {name} in {patch.patcher} (see vLLM's own worker's {name})", kind=Kind.PATCH.value,
+                fix=f"define {name} in {patch.patcher} (see vLLM's own worker's {name})", kind=FindingKind.PATCH,
                 place=Place.at(patch.location),
                 touchpoint=f"{patch.target}:{name}"))
         return found
@@ -164,7 +164,7 @@ class InboundProbe(Probe):
                                                                   or "none"),
                              audited=f"{site.at}: {_shape(site).render()}",
                              written_for_build=ctx.written_for.build.version if ctx.written_for else None),
-                    fix=f"give {patch.patcher}.{name} the parameters vLLM passes", kind=Kind.PATCH.value,
+                    fix=f"give {patch.patcher}.{name} the parameters vLLM passes", kind=FindingKind.PATCH,
                     place=Place.at(patch.location),
                     touchpoint=f"{patch.target}:{name}")]
         return []
@@ -195,7 +195,7 @@ class InboundProbe(Probe):
             Evidence(written_for=f"vLLM read {sorted(then_reads) or 'nothing'} on it",
                      audited=f"vLLM reads {sorted({a for a, _ in now_reads})} on it",
                      written_for_build=ctx.written_for.build.version if ctx.written_for else None),
-            fix=f"return what vLLM's own {base.path}.{name} returns in this build", kind=Kind.PATCH.value,
+            fix=f"return what vLLM's own {base.path}.{name} returns in this build", kind=FindingKind.PATCH,
             place=Place.at(patch.location),
             touchpoint=f"{patch.target}:{name}")]
 

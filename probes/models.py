@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from compat.consumer.model import Kind, ModelPatch, Ref, RefKind
 from compat.facts import models
-from compat.findings import Evidence, Finding, Place, Status
+from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.location import Location
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, Parameter, ParamKind, Signature
@@ -46,7 +46,7 @@ class ModelConventionProbe(Probe):
                  fix: str | None = None) -> Finding:
         at = at or patch.location
         return Finding(self.name, status, f"{arch}:{aspect}", str(at), where, message,
-                       evidence or Evidence(), fix, kind="model", code=patch.code,
+                       evidence or Evidence(), fix, kind=FindingKind.MODEL, code=patch.code,
                        touchpoint=f"{patch.function}@{arch}:{aspect}", place=Place.at(at))
 
     def judge(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:

@@ -18,7 +18,7 @@ from compat.facts.abstract import ABSTRACT_METHODS
 from compat.facts.callers import FACT as CALLERS
 from compat.facts.callers import CallSite
 from compat.facts.lineage import FACT as LINEAGE
-from compat.findings import Evidence, Finding, Place, Status
+from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, ParamKind, Signature
 from compat.vllm.surface import Found, Missing, Surface
@@ -304,7 +304,7 @@ class PatchProbe(Probe):
                     Evidence(written_for=f"abstract methods left to subclasses: {sorted(then) or 'none'}",
                              audited=f"abstract methods left to subclasses: {sorted(now)}",
                              written_for_build=ctx.written_for.build.version),
-                    fix=f"define {listed} in {patch.patcher}", kind=Kind.PATCH.value, place=Place.at(patch.location),
+                    fix=f"define {listed} in {patch.patcher}", kind=FindingKind.PATCH, place=Place.at(patch.location),
                     touchpoint=f"{patch.target}:abstract"))
         return findings
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from compat.consumer.model import Kind, TouchPoint
 from compat.facts import hashing, startup
-from compat.findings import Evidence, Finding, Place, Status
+from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
 from compat.vllm.surface import Found
 
@@ -85,7 +85,8 @@ class StartupProbe(Probe):
         facts = ctx.fact(startup.FACT)
         if facts.error:
             yield Finding(self.name, Status.UNKNOWN, startup.ENGINE_CORE, str(anchor.location), None,
-                          f"cannot read the engine core's start-up: {facts.error}", kind="startup", place=place)
+                          f"cannot read the engine core's start-up: {facts.error}", kind=FindingKind.STARTUP,
+                          place=place)
             return
         before = None
         if ctx.written_for is not None:
@@ -102,7 +103,7 @@ class StartupProbe(Probe):
             label = f"{step.kind} {step.name}"
             symbol = step.path or f"{startup.ENGINE_CORE}:{step.name}"
             common = dict(check=self.name, symbol=symbol, consumer_location=str(anchor.location),
-                          vllm_location=step.at, kind="startup", code=anchor.code,
+                          vllm_location=step.at, kind=FindingKind.STARTUP, code=anchor.code,
                           touchpoint=f"startup:{step.name}", place=place)
             if _norm(step.name) in done:
                 yield Finding(status=Status.OK, message=f"the engine core's start-up step {label} is done by the "

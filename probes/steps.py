@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from compat.consumer.model import Finishes, Kind, StepLoop
 from compat.facts import scheduling
-from compat.findings import Evidence, Finding, Place, Status
+from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
 from compat.vllm.surface import Found
 
@@ -93,7 +93,7 @@ class StepsProbe(Probe):
             at = at or facts.holds_preempted_at
         symbol = f"{owner.path}.schedule"
         common = dict(check=self.name, symbol=symbol, consumer_location=str(loop.location), evidence=evidence,
-                      kind=Kind.ATTRIBUTE.value, code=f"while ...{loop.scheduler}.schedule()...", touchpoint=symbol,
+                      kind=FindingKind.ATTRIBUTE, code=f"while ...{loop.scheduler}.schedule()...", touchpoint=symbol,
                       place=Place.at(loop.location))
         if not faults:
             return Finding(status=Status.OK, vllm_location=facts.scheduler,
