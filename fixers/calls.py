@@ -24,6 +24,8 @@ from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import call_of, imported_as
 from compat.fixers import Fixer
+from compat.probes import calls as calls_probe
+from compat.probes import imports as imports_probe
 from compat.signature import BindCode, ParamKind, Signature
 from compat.vllm.surface import Found, relocated
 
@@ -125,7 +127,7 @@ def _adjustment(name: str, symbol: str, dropped: list[tuple[str, str]],
 class CallAdapter(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        for location, pairs in ctx.by_location(ctx.failing("call")).items():
+        for location, pairs in ctx.by_location(ctx.failing(calls_probe.PROBE)).items():
             for symbol in sorted({f.symbol for _, f in pairs}):
                 finding = next(f for _, f in pairs if f.symbol == symbol)
                 tp = ctx.touchpoint(location, Kind.CALL.value)
@@ -187,7 +189,7 @@ class CallAdapter(Fixer):
                                    shim=ctx.shim.module) for at in imports]
         for c in context:
             plan.edits.append(AddKeyword(file, line, f"{name}(...)", callee=name, keyword=c, value=c))
-        plan.claims.append(Claim("call", symbol))
+        plan.claims.append(Claim(calls_probe.PROBE.name, symbol))
         for keyword, builds in dropped.items():
             plan.notes.append(f"{name}: drops {keyword}= where the build does not take it ({span(builds)})")
         for param, builds in required.items():
@@ -202,8 +204,8 @@ def _behind_moves(ctx: FixContext) -> list[tuple[TouchPoint, Finding, list[Audit
     """Calls of a moved name that do not bind where it moved to: the audit reports them only as uses of the
     missing name (folded into the import's finding, which the imports fixer fixes), so without this the
     routed call would still fail on those builds. Each with the import's finding and the builds it fails on."""
-    moved = {f.symbol: f for _, f in ctx.failing("import")}
-    reported = {(f.consumer_location, f.symbol) for _, f in ctx.failing("call")}
+    moved = {f.symbol: f for _, f in ctx.failing(imports_probe.PROBE)}
+    reported = {(f.consumer_location, f.symbol) for _, f in ctx.failing(calls_probe.PROBE)}
     found = []
     for tp in ctx.scan.touchpoints:
         if tp.kind != Kind.CALL or tp.call is None or tp.symbol not in moved or (str(tp.location),
@@ -234,6 +236,6 @@ FIXER = CallAdapter(
     description="A call that no longer binds: keywords the build does not accept are dropped, parameters it "
                 "requires are passed as vLLM's own code computes them (from the call's other arguments or the "
                 "objects beside it), chosen at run time by feature detection.",
-    handles=("call",),
+    handles=(calls_probe.PROBE,),
     order=20,
 )

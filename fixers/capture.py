@@ -21,6 +21,7 @@ from compat.fix.edits import ReplaceStatements
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.source import function_of, segment, statement_at
 from compat.fixers import Fixer
+from compat.probes import models as models_probe
 
 CODE = '''
 def decoder_stack(model):
@@ -222,7 +223,7 @@ def _runner(ctx: FixContext, patch: ModelPatch, model: str) -> str | None:
 class LayerHooks(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        failing = ctx.failing("model")
+        failing = ctx.failing(models_probe.PROBE)
         if not failing:
             return plan
         for patch in ctx.scan.model_patches:
@@ -247,7 +248,7 @@ class LayerHooks(Fixer):
             plan.pieces.append(ShimPiece("capture:layers", f"_STACK_PATHS = {tuple(paths)!r}\n\n{CODE}",
                                          "decoder layers observed by hooks; the stack found through the wrappers "
                                          f"of the audited builds ({', '.join('.'.join(p) for p in paths)})"))
-            plan.claims.append(Claim("model"))
+            plan.claims.append(Claim(models_probe.PROBE.name))
         return plan
 
     def _eagle3_checks(self, ctx: FixContext, patch: ModelPatch, failing) -> list[ReplaceStatements]:
@@ -280,6 +281,6 @@ FIXER = LayerHooks(
     description="A replacement forward that captures decoder-layer outputs: replaced by forward hooks on the "
                 "layers, so the build's own forward (its embedding, layer calls and extra arguments) runs and the "
                 "stack is found through the audited builds' wrappers.",
-    handles=("model",),
+    handles=(models_probe.PROBE,),
     order=60,
 )

@@ -17,6 +17,8 @@ from compat.fix.plan import Claim, FixerPlan, Unhandled
 from compat.fix.shim import export, homes, raw_import
 from compat.fix.source import imported_as
 from compat.fixers import Fixer
+from compat.probes import calls as calls_probe
+from compat.probes import imports as imports_probe
 
 
 def _location(finding: Finding) -> tuple[str, int]:
@@ -35,7 +37,7 @@ def import_sites(ctx: FixContext, symbol: str, reported: list[tuple[str, int]]) 
 class MovedImports(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        failing = ctx.failing("import")
+        failing = ctx.failing(imports_probe.PROBE)
         for symbol in sorted({f.symbol for _, f in failing}):
             findings = list({f.consumer_location: f for _, f in failing if f.symbol == symbol}.values())
             module, _, name = symbol.rpartition(".")
@@ -61,7 +63,7 @@ class MovedImports(Fixer):
             plan.edits += routed
             plan.pieces += [piece, export(name)]
             # Where the name is missing, its calls fail too: the same cause.
-            plan.claims += [Claim("import", symbol), Claim("call", symbol)]
+            plan.claims += [Claim(imports_probe.PROBE.name, symbol), Claim(calls_probe.PROBE.name, symbol)]
             where = "; ".join(f"{m} ({span([b for b in ctx.builds if b.version in vs])})" for m, vs in found)
             sites = f" ({len(routed)} imports)" if len(routed) > 1 else ""
             plan.notes.append(f"{name} is imported from where the running build defines it{sites}: {where}")
@@ -73,6 +75,6 @@ FIXER = MovedImports(
     description="A name the build no longer serves where the consumer imports it: the shim imports it from "
                 "wherever the running build defines it (an except-ImportError chain over the audited builds' "
                 "homes) and the consumer imports it from the shim.",
-    handles=("import",),
+    handles=(imports_probe.PROBE,),
     order=10,
 )

@@ -33,6 +33,9 @@ from compat.fix.edits import InsertAfter, InsertBefore, ReplaceStatements
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.source import call_of, function_of, segment, statement_at
 from compat.fixers import Fixer
+from compat.probes import defaults as defaults_probe
+from compat.probes import models as models_probe
+from compat.probes import steps as steps_probe
 
 NAME = "steps"
 
@@ -292,10 +295,10 @@ def _layer_ids(ctx: FixContext) -> str | None:
 class StepLoopFix(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        failing = ctx.failing("steps")
+        failing = ctx.failing(steps_probe.PROBE)
         if not failing:
             return plan
-        captures = "capture" in ctx.fixers and bool(ctx.failing("model")) and bool(ctx.scan.model_patches)
+        captures = "capture" in ctx.fixers and bool(ctx.failing(models_probe.PROBE)) and bool(ctx.scan.model_patches)
         for location, pairs in ctx.by_location(failing).items():
             loop = next((lp for lp in ctx.scan.step_loops if str(lp.location) == location), None)
             why = self._why_not(ctx, loop, captures)
@@ -306,7 +309,7 @@ class StepLoopFix(Fixer):
             if problem:
                 plan.unhandled += [Unhandled(f, problem) for _, f in pairs]
                 continue
-            plan.claims.append(Claim("steps", pairs[0][1].symbol))
+            plan.claims.append(Claim(steps_probe.PROBE.name, pairs[0][1].symbol))
         if plan.edits:
             plan.pieces += [ShimPiece("protocol:execute_model", EXECUTE_MODEL, "a step completed by sample_tokens "
                                       "where the build is two-phase"),
@@ -314,7 +317,7 @@ class StepLoopFix(Fixer):
                                       imports=("import logging", "import weakref")),
                             ShimPiece("steps:by_request", BY_REQUEST, "each request's own rows, by the positions "
                                       "its steps computed")]
-            plan.claims.append(Claim("defaults", "*SchedulerConfig.enable_chunked_prefill"))
+            plan.claims.append(Claim(defaults_probe.PROBE.name, "*SchedulerConfig.enable_chunked_prefill"))
             plan.notes.append("the step loop runs as the engine core runs steps (update_from_output each step, a "
                               "request finished once its whole prompt is computed, stepping while requests remain), "
                               "and each request gets its own rows by the positions its steps computed: right "
@@ -375,6 +378,6 @@ FIXER = StepLoopFix(
     description="A hand-written step loop that finishes every request a step scheduled: run as the engine core "
                 "runs steps, each request's rows given to it by the positions its steps computed, prompts "
                 "checked and a failed call's leftovers cleared.",
-    handles=("steps",),
+    handles=(steps_probe.PROBE,),
     order=65,
 )

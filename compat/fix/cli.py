@@ -64,7 +64,7 @@ def _fix(args: argparse.Namespace) -> int:
         from compat.fixers import all_fixers
 
         for fixer in all_fixers():
-            print(f"{fixer.name:10} [{', '.join(fixer.handles)}] {fixer.description}")
+            print(f"{fixer.name:10} [{', '.join(fixer.checks)}] {fixer.description}")
         return 0
     consumer, vllm = args.consumer, args.vllm
     if args.report:
