@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+import compat.probes.calls as calls_probe
+import compat.probes.imports as imports_probe
 from packaging.version import Version
 
 from compat.consumer.model import Kind, TouchPoint
@@ -20,12 +22,10 @@ from compat.facts import arguments
 from compat.findings import Finding
 from compat.fix.context import AuditedBuild, FixContext, span
 from compat.fix.edits import AddKeyword, RouteImport
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import call_of, imported_as
-from compat.fixers import Fixer
-from compat.probes import calls as calls_probe
-from compat.probes import imports as imports_probe
 from compat.signature import BindCode, ParamKind, Signature
 from compat.vllm.surface import Found, relocated
 

@@ -13,15 +13,16 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+import compat.probes.models as models_probe
+
 from compat.consumer.model import Kind, ModelPatch
 from compat.errors import CompatError
 from compat.facts import models
 from compat.fix.context import FixContext
 from compat.fix.edits import ReplaceStatements
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.source import function_of, segment, statement_at
-from compat.fixers import Fixer
-from compat.probes import models as models_probe
 
 CODE = '''
 def decoder_stack(model):

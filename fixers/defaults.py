@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import re
 
+import compat.probes.defaults as defaults_probe
+
 from compat.consumer.model import Kind
 from compat.findings import Finding
 from compat.fix.context import FixContext
 from compat.fix.edits import RouteImport
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import imported_as
-from compat.fixers import Fixer
-from compat.probes import defaults as defaults_probe
 
 NAME = defaults_probe.PROBE.name
 CHUNKED = "enable_chunked_prefill"

@@ -3,14 +3,15 @@ Request, and skips the forward pass of a cached prefix, so a forward that captur
 
 from __future__ import annotations
 
+import compat.probes.block_hashing as block_hashing_probe
+
 from compat.consumer.model import Kind
 from compat.fix.context import FixContext, span
 from compat.fix.edits import RouteImport
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import imported_as
-from compat.fixers import Fixer
-from compat.probes import block_hashing as block_hashing_probe
 
 CACHE_CONFIG = "vllm.config.CacheConfig"
 NAME = "hashing"

@@ -8,17 +8,18 @@ own fallback and stays as it is (unless the audit reports it).
 
 from __future__ import annotations
 
+import compat.probes.calls as calls_probe
+import compat.probes.imports as imports_probe
+
 from compat.consumer.model import Kind
 from compat.errors import CompatError
 from compat.findings import Finding
 from compat.fix.context import FixContext, span
 from compat.fix.edits import RouteImport
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, Unhandled
 from compat.fix.shim import export, homes, raw_import
 from compat.fix.source import imported_as
-from compat.fixers import Fixer
-from compat.probes import calls as calls_probe
-from compat.probes import imports as imports_probe
 
 
 def _location(finding: Finding) -> tuple[str, int]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import compat.probes.protocol as protocol_probe
+
 from compat.consumer.model import Kind, TouchPoint
 from compat.fix.context import FixContext, span
 from compat.fix.edits import RouteCall
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
-from compat.fixers import Fixer
-from compat.probes import protocol as protocol_probe
 
 CODE = '''
 def execute_model(executor, scheduler_output, *args, **kwargs):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import compat.probes.reply_shape as reply_shape_probe
+
 from compat.consumer.model import Kind
 from compat.facts import replies
 from compat.fix.context import FixContext
 from compat.fix.edits import RouteCall
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
-from compat.fixers import Fixer
-from compat.probes import reply_shape as reply_shape_probe
 
 CODE = '''
 _SHARE_CUDA = os.environ.get("COMPAT_CUDA_IPC", "1").lower() not in ("0", "false", "no")

@@ -13,16 +13,16 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, replace
 
+import compat.probes.startup as startup_probe
 from packaging.version import Version
 
 from compat.facts import replay
 from compat.facts.startup import NOT_NEEDED
 from compat.fix.context import AuditedBuild, FixContext, span
 from compat.fix.edits import InsertAfter
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece
 from compat.fix.source import function_of, segment, statement_at
-from compat.fixers import Fixer
-from compat.probes import startup as startup_probe
 from compat.vllm.surface import Found
 
 

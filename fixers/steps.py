@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import ast
 
+import compat.probes.defaults as defaults_probe
+import compat.probes.models as models_probe
+import compat.probes.steps as steps_probe
 from compat.fixers.protocol import CODE as EXECUTE_MODEL
 
 from compat.consumer.model import Finishes, Kind, StepLoop
 from compat.fix.context import FixContext
 from compat.fix.edits import InsertAfter, InsertBefore, ReplaceStatements
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.source import call_of, function_of, segment, statement_at
-from compat.fixers import Fixer
-from compat.probes import defaults as defaults_probe
-from compat.probes import models as models_probe
-from compat.probes import steps as steps_probe
 
 NAME = "steps"
 

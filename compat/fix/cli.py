@@ -61,7 +61,7 @@ def _from_report(path: Path) -> tuple[str, str]:
 
 def _fix(args: argparse.Namespace) -> int:
     if args.list_fixers:
-        from compat.fixers import all_fixers
+        from compat.fix.fixer import all_fixers
 
         for fixer in all_fixers():
             print(f"{fixer.name:10} [{', '.join(fixer.checks)}] {fixer.description}")
