@@ -54,6 +54,10 @@ class StandInHow(StrEnum):
     """The consumer assigns it over the declared class."""
 
 
+Answer = Lookup | ConsumerDefined
+"""What the context answers for a name or an object: the build's reading of it, or the consumer's own definition."""
+
+
 @dataclass(frozen=True)
 class StandIn:
     """A consumer class whose instance may be what vLLM's code holds where a value of a vLLM class is declared:
@@ -75,9 +79,9 @@ class StandIn:
 class Answers:
     """What ``lookup`` and ``class_of`` answered for one surface, under one view of the consumer's additions."""
 
-    paths: dict[str, Lookup] = field(default_factory=dict)
+    paths: dict[str, Answer] = field(default_factory=dict)
     """``lookup``: dotted path -> what it names."""
-    classes: dict[Ref, Lookup] = field(default_factory=dict)
+    classes: dict[Ref, Answer] = field(default_factory=dict)
     """``class_of``: how the consumer reached an object -> its vLLM class."""
 
 
@@ -138,12 +142,12 @@ class ProbeContext:
         wanted = set(kinds)
         return [tp for tp in self.scan.touchpoints if tp.kind in wanted]
 
-    def lookup(self, path: str, surface: Surface | None = None) -> Lookup:
+    def lookup(self, path: str, surface: Surface | None = None) -> Answer:
         """What ``path`` names in the build; a name the consumer sets on a vLLM module is ``ConsumerDefined``."""
         surface = surface or self.surface
         known = self._of(surface).answers.paths
         if path not in known:
-            found: Lookup = surface.lookup(path)
+            found: Answer = surface.lookup(path)
             if isinstance(found, Missing):
                 found = self._added_path(path, surface) or found
             elif isinstance(found, Unresolved) and any(part in NOT_VLLM for part in path.split(".")[1:]):
@@ -154,7 +158,7 @@ class ProbeContext:
             return found
         return known[path]
 
-    def member(self, owner: Found, name: str, surface: Surface | None = None) -> Lookup:
+    def member(self, owner: Found, name: str, surface: Surface | None = None) -> Answer:
         """``owner.name`` in the build, or ``ConsumerDefined`` where the consumer defines it itself."""
         surface = surface or self.surface
         found = surface.member(owner, name)
@@ -342,7 +346,7 @@ class ProbeContext:
                 return ConsumerDefined(".".join(parts[:i + 1]), where)
         return None
 
-    def class_of(self, ref: Ref, surface: Surface | None = None) -> Lookup:
+    def class_of(self, ref: Ref, surface: Surface | None = None) -> Answer:
         """The vLLM class (or module) of an object the consumer reached through ``ref``."""
         surface = surface or self.surface
         known = self._of(surface).answers.classes
@@ -352,7 +356,7 @@ class ProbeContext:
             return found
         return known[ref]
 
-    def _class_of(self, ref: Ref, surface: Surface) -> Lookup:
+    def _class_of(self, ref: Ref, surface: Surface) -> Answer:
         if ref.kind == RefKind.ATTRIBUTE and ref.name in NOT_VLLM:
             return Unresolved(f"{ref.render()} is {NOT_VLLM[ref.name]}, not vLLM's", outside=True)
         if ref.kind == RefKind.SYMBOL:
@@ -391,7 +395,7 @@ class ProbeContext:
             return surface.result_type(callee, through if isinstance(through, Found) else None)
         return Unresolved(f"cannot tell what {ref.render()} is")
 
-    def callee(self, ref: Ref, surface: Surface | None = None) -> Lookup:
+    def callee(self, ref: Ref, surface: Surface | None = None) -> Answer:
         """The vLLM callable that ``ref`` names (a class, a function, a method via its receiver)."""
         surface = surface or self.surface
         if ref.kind == RefKind.ATTRIBUTE and ref.base is not None and ref.name:
@@ -411,7 +415,7 @@ class ProbeContext:
         return cast(T, known[key])
 
     @staticmethod
-    def where(found: Lookup | None) -> str | None:
+    def where(found: Answer | None) -> str | None:
         if isinstance(found, Found) and found.location is not None:
             return str(found.location)
         return None

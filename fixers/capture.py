@@ -23,6 +23,7 @@ from compat.fix.edits import ReplaceStatements
 from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.source import function_of, segment, statement_at
+from compat.syntax import FunctionNode
 
 CODE = '''
 def decoder_stack(model):
@@ -140,14 +141,14 @@ class Capture:
     value: str
 
 
-def _replacement(ctx: FixContext, patch: ModelPatch) -> ast.FunctionDef:
+def _replacement(ctx: FixContext, patch: ModelPatch) -> FunctionNode:
     function = function_of(ctx.root, patch.definition.file, patch.definition.line)
     if function is None or function.name != patch.function.rpartition(".")[2]:
         raise CompatError(f"cannot find the replacement forward {patch.function} at {patch.definition}")
-    return function  # type: ignore[return-value]
+    return function
 
 
-def _read_capture(forward: ast.FunctionDef) -> Capture:
+def _read_capture(forward: FunctionNode) -> Capture:
     """The layer ids, the store call, the rank condition and the captured value of a forward written as
     ``for ... layer in ...self.layers...: a, b = layer(...); if idx in <ids>: <list>.append(<value>)``
     followed by ``<ext>.<store>(<list>)``, with ``<ext> = self.<link>``."""
@@ -157,33 +158,34 @@ def _read_capture(forward: ast.FunctionDef) -> Capture:
                 None)
     if loop is None:
         raise CompatError("the replacement forward does not loop over self.layers")
-    outputs = next((n.targets[0] for n in loop.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                    and isinstance(n.targets[0], ast.Tuple)), None)
-    appends = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-               and n.func.attr == "append" and len(n.args) == 1]
-    guard = next((n for n in ast.walk(loop) if isinstance(n, ast.If) and isinstance(n.test, ast.Compare)
-                  and isinstance(n.test.ops[0], ast.In)), None)
+    outputs = next((target for n in loop.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                    and isinstance(target := n.targets[0], ast.Tuple)), None)
+    appends = [(n, append) for n in ast.walk(loop) if isinstance(n, ast.Call)
+               and isinstance(append := n.func, ast.Attribute) and append.attr == "append" and len(n.args) == 1]
+    guard = next((test for n in ast.walk(loop) if isinstance(n, ast.If) and isinstance(test := n.test, ast.Compare)
+                  and isinstance(test.ops[0], ast.In)), None)
     if outputs is None or not appends or guard is None:
         raise CompatError("the replacement forward does not capture `a, b = layer(...)` outputs of selected "
                           "layers with `if index in ids: captured.append(...)`")
-    params = ", ".join(ast.unparse(e) for e in outputs.elts)  # type: ignore[attr-defined]
-    value = f"lambda {params}: {ast.unparse(appends[0].args[0])}"
-    ids_name = ast.unparse(guard.test.comparators[0])
+    params = ", ".join(ast.unparse(e) for e in outputs.elts)
+    value = f"lambda {params}: {ast.unparse(appends[0][0].args[0])}"
+    ids_name = ast.unparse(guard.comparators[0])
     ids = names.get(ids_name)
     when = "True"
     if isinstance(ids, ast.IfExp):
         when = ast.unparse(names.get(ast.unparse(ids.test), ids.test))
         ids = ids.body
-    collected = ast.unparse(appends[0].func.value)
-    store = next((n for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                  and [ast.unparse(a) for a in n.args] == [collected] and n.func.attr != "append"), None)
+    collected = ast.unparse(appends[0][1].value)
+    store = next((func for n in ast.walk(forward) if isinstance(n, ast.Call)
+                  and isinstance(func := n.func, ast.Attribute)
+                  and [ast.unparse(a) for a in n.args] == [collected] and func.attr != "append"), None)
     if not isinstance(ids, ast.Attribute) or store is None:
         raise CompatError("the replacement forward's layer ids or store call are not `<extension>.<attribute>`")
     ext = ast.unparse(ids.value)
-    if ast.unparse(store.func.value) != ext or not (isinstance(names.get(ext), ast.Attribute)
-                                                   and ast.unparse(names[ext].value) == "self"):
+    if ast.unparse(store.value) != ext or not (isinstance(link := names.get(ext), ast.Attribute)
+                                               and ast.unparse(link.value) == "self"):
         raise CompatError("the replacement forward does not reach its extension as `self.<attribute>`")
-    return Capture(f"self.{ids.attr}", f"self.{store.func.attr}", f"lambda: {when}", value)  # type: ignore[union-attr]
+    return Capture(f"self.{ids.attr}", f"self.{store.attr}", f"lambda: {when}", value)
 
 
 def _installation(ctx: FixContext, patch: ModelPatch) -> tuple[list[str], int, str]:

@@ -69,6 +69,7 @@ class InboundProbe(Probe):
         return findings
 
     def _hooks(self, ctx: ProbeContext, patch: ClassPatch, base: Found, then: Found) -> list[Finding]:
+        assert ctx.written_for is not None  # run() judges nothing without it
         now_hooks = set(ctx.fact(HOOKS, base.path).methods)
         then_hooks = set(ctx.fact(HOOKS, then.path, surface=ctx.written_for).methods)
         found = []
@@ -128,7 +129,7 @@ class InboundProbe(Probe):
                 continue
             sites = [s for s in ctx.fact(CALLERS, name).sites if s.rpc]
             engine = [s for s in sites if s.at.startswith(_ENGINE)]
-            where = (engine or sites or [None])[0]
+            where = (engine or sites)[0] if engine or sites else None
             found.append(Finding(
                 self.name, Status.BROKEN if engine else Status.UNKNOWN, f"{patch.patcher}.{name}",
                 str(patch.location), where.at if where else None,

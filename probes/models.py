@@ -117,7 +117,8 @@ class ModelConventionProbe(Probe):
         sig = layer.signature
         evidence = Evidence(written_for=None, audited=f"{layer.cls}.forward{layer.forward}; the build calls "
                                                       f"{build_call.code} ({build_call.at})")
-        problems = sig.bind(call.call or CallShape(), "the decoder layer")
+        shape = call.call or CallShape()
+        problems = sig.bind(shape, "the decoder layer")
         if problems:
             yield self._finding(patch, arch, "layer-call", Status.BROKEN, "; ".join(p.message for p in problems),
                                 layer.at, call.location, evidence)
@@ -125,9 +126,9 @@ class ModelConventionProbe(Probe):
         positional_names = [p.name for p in params
                             if p.kind in (ParamKind.POSITIONAL_ONLY, ParamKind.POSITIONAL_OR_KEYWORD)]
         passed_by_build = set(positional_names[: len(build_call.positional)]) | set(build_call.keywords)
-        passed_by_consumer = set(positional_names[: call.call.positional]) | set(call.call.keywords)
+        passed_by_consumer = set(positional_names[: shape.positional]) | set(shape.keywords)
         dropped = sorted(passed_by_build - passed_by_consumer)
-        drops_kwargs = bool(build_call.star_kwargs) and not call.call.star_kwargs
+        drops_kwargs = bool(build_call.star_kwargs) and not shape.star_kwargs
         if dropped or drops_kwargs:
             what = ", ".join(dropped + [f"**{k}" for k in build_call.star_kwargs] if drops_kwargs else dropped)
             yield self._finding(

@@ -9,6 +9,8 @@ until its last step's output was handed back, a loop that never hands outputs ba
 
 from __future__ import annotations
 
+from functools import partial
+
 from compat.consumer.model import Finishes, Kind, StepLoop
 from compat.facts import scheduling
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
@@ -92,18 +94,18 @@ class StepsProbe(Probe):
                               "(a full KV cache) it ends with requests unfinished" if loop.stops_when_idle else ""))
             at = at or facts.holds_preempted_at
         symbol = f"{owner.path}.schedule"
-        common = dict(check=self.name, symbol=symbol, consumer_location=str(loop.location), evidence=evidence,
-                      kind=FindingKind.ATTRIBUTE, code=f"while ...{loop.scheduler}.schedule()...", touchpoint=symbol,
-                      place=Place.at(loop.location))
+        finding = partial(Finding, check=self.name, symbol=symbol, consumer_location=str(loop.location),
+                          evidence=evidence, kind=FindingKind.ATTRIBUTE,
+                          code=f"while ...{loop.scheduler}.schedule()...", touchpoint=symbol,
+                          place=Place.at(loop.location))
         if not faults:
-            return Finding(status=Status.OK, vllm_location=facts.scheduler,
+            return finding(status=Status.OK, vllm_location=facts.scheduler,
                            message=f"{where}: each step of this build computes whole prompts in the order they were "
-                                   f"added ({why}; the scheduler stops at a prompt that does not fit a step)",
-                           **common)
-        return Finding(status=Status.BROKEN, vllm_location=at or facts.scheduler, message="; ".join(faults),
+                                   f"added ({why}; the scheduler stops at a prompt that does not fit a step)")
+        return finding(status=Status.BROKEN, vllm_location=at or facts.scheduler, message="; ".join(faults),
                        fix="finish a request only once its whole prompt is computed, hand each step's output back "
                            "(update_from_output), keep stepping while requests remain, and give each request its "
-                           "own rows by the positions the step computed", **common)
+                           "own rows by the positions the step computed")
 
 
 PROBE = StepsProbe(

@@ -65,7 +65,7 @@ class ConditionReader:
         if isinstance(node, ast.Constant):
             return Lit(node.value)
         if isinstance(node, ast.Tuple) and all(isinstance(e, ast.Constant) for e in node.elts):
-            return Lit(tuple(e.value for e in node.elts))
+            return Lit(tuple(e.value for e in node.elts if isinstance(e, ast.Constant)))
         if isinstance(node, ast.Tuple):
             return Tup(tuple(self.value(e, env, depth) for e in node.elts))
         if isinstance(node, ast.Name) and node.id in env:

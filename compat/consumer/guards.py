@@ -11,10 +11,11 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-_OPS: dict[str, Callable[[object, object], bool]] = {
+_OPS: dict[str, Callable[[Any, Any], Any]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
     "!=": operator.ne,
 }

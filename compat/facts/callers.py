@@ -68,7 +68,8 @@ def _rpc_shape(call: ast.Call) -> tuple[int, tuple[str, ...], bool]:
     args = next((k.value for k in call.keywords if k.arg == "args"), call.args[2] if len(call.args) > 2 else None)
     kwargs = next((k.value for k in call.keywords if k.arg == "kwargs"),
                   call.args[3] if len(call.args) > 3 else None)
-    positional, keywords, unpacks = 0, (), False
+    keywords: tuple[str, ...] = ()
+    positional, unpacks = 0, False
     if isinstance(args, (ast.Tuple, ast.List)):
         positional = len(args.elts)
         unpacks = any(isinstance(e, ast.Starred) for e in args.elts)

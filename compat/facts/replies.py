@@ -98,9 +98,9 @@ def read_collective_rpc(surface: StaticSurface, executor: str) -> RpcReplies:
             when_set = _branch_when_set(sub.test, aliases)
             if when_set is not None:
                 branch = sub.body if when_set else sub.orelse
-                returns = [r for r in branch if isinstance(r, ast.Return) and r.value is not None]
+                returns = [r.value for r in branch if isinstance(r, ast.Return) and r.value is not None]
                 if returns:
-                    decided = _shape(returns[0].value)
+                    decided = _shape(returns[0])
         if decided is not None:
             return replace(result, with_rank=decided, evidence=loc(info, sub), text=ast.unparse(sub)[:200])
     return result

@@ -117,13 +117,13 @@ def summary(fix: Fix, verification: Verification | None) -> None:
     for version, f in verification.claimed:
         print(f"  STILL FAILING (claimed by a fixer) vLLM {version}: {f.check} {f.consumer_location}: {f.message}",
               file=err)
-    seen = {}
+    seen: dict[tuple[str, str, str | None, str], list[str]] = {}
     for version, f in verification.unhandled:
         seen.setdefault((f.check, f.symbol, f.consumer_location, f.status.value), []).append(version)
     for (check, symbol, location, status), versions in sorted(seen.items()):
         print(f"  not handled by any fixer: {status} {check} {symbol} at {location} "
               f"(vLLM {versions[0]}..{versions[-1]}, {len(versions)} builds)", file=err)
-    kept = {}
+    kept: dict[tuple[str, str, str], list[str]] = {}
     for version, f, why in verification.accepted:
         kept.setdefault((f.check, f.symbol, why), []).append(version)
     for (check, symbol, why), versions in sorted(kept.items()):

@@ -364,7 +364,7 @@ def _localised(piece: ShimPiece, loaded: set[str], imported: dict[str, str]) -> 
     its first call checks the running vLLM and imports the loaded names (``loaded``) it uses. Module-level code
     may use none of them (it would run at import)."""
     lines = piece.code.strip().split("\n")
-    wraps = []
+    wraps: list[str] = []
     for node in reversed(ast.parse("\n".join(lines)).body):
         used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         local = sorted({imported[n] for n in used & set(imported)})
@@ -466,10 +466,10 @@ def exports(text: str) -> tuple[Export, ...]:
     for node in tree.body:
         if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)):
             continue
-        registry, key = ast.unparse(node.targets[0].value), node.targets[0].slice
-        if registry not in ("_EXPORTS", "_WRAPPED") or not isinstance(key, ast.Constant):
+        registry, slot = ast.unparse(node.targets[0].value), node.targets[0].slice
+        if registry not in ("_EXPORTS", "_WRAPPED") or not isinstance(slot, ast.Constant):
             continue
         raw = node.value.elts[0] if isinstance(node.value, ast.Tuple) else node.value
         if isinstance(raw, ast.Constant) and raw.value in loaded:
-            found.append(Export(str(key.value), loaded[raw.value], registry == "_WRAPPED"))
+            found.append(Export(str(slot.value), loaded[raw.value], registry == "_WRAPPED"))
     return tuple(found)
