@@ -170,7 +170,8 @@ class CallAdapter(Fixer):
         recipes = {}
         for param, builds in required.items():
             sig = _signature(builds[-1], symbol)
-            available = _passed_names(tp, sig) | siblings  # type: ignore[arg-type]
+            assert sig is not None  # required holds the builds whose signature was read
+            available = _passed_names(tp, sig) | siblings
             recipes[param] = _recipes(ctx, symbol, param, builds, available)
         context = sorted({n for rs in recipes.values() for r in rs for n in r.source.names} - {
             n for b in failing if (s := _signature(b, symbol)) for n in _passed_names(tp, s)})

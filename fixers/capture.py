@@ -194,9 +194,10 @@ def _installation(ctx: FixContext, patch: ModelPatch) -> tuple[list[str], int, s
     file, line = patch.location.file, patch.location.line
     function = function_of(ctx.root, file, line)
     index = statement_at(function.body, line) if function else None
-    if function is None or index is None:
+    if function is None or index is None or not isinstance(installs := function.body[index], ast.Assign) \
+            or not isinstance(installed := installs.targets[0], ast.Attribute):
         raise CompatError(f"cannot find the forward's installation at {patch.location}")
-    target = ast.unparse(function.body[index].targets[0].value)  # type: ignore[attr-defined]
+    target = ast.unparse(installed.value)
     first = index
     while first > 0:
         stmt = function.body[first - 1]
@@ -267,8 +268,9 @@ class LayerHooks(Fixer):
             function = function_of(ctx.root, tp.location.file, tp.location.line)
             index = statement_at(function.body, tp.location.line) if function else None
             stmt = function.body[index] if function and index is not None else None
-            if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.UnaryOp):
-                model = ast.unparse(stmt.test.operand.args[0])  # type: ignore[attr-defined]
+            if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.UnaryOp) and isinstance(
+                    called := stmt.test.operand, ast.Call):
+                model = ast.unparse(called.args[0])
                 edits.append(ReplaceStatements(tp.location.file, stmt.lineno, "if not supports_eagle3(...)",
                                                expected=(segment(ctx.root, tp.location.file, stmt).strip(),),
                                                replacement=f"{ctx.shim.alias}.decoder_stack({model})\n"))

@@ -36,6 +36,7 @@ from compat.fix.edits import InsertAfter, InsertBefore, ReplaceStatements
 from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.source import call_of, function_of, segment, statement_at
+from compat.syntax import FunctionNode
 
 NAME = "steps"
 
@@ -226,7 +227,7 @@ def _statement(function: ast.AST, line: int) -> ast.stmt | None:
     return next((n for n in ast.walk(function) if isinstance(n, ast.stmt) and n.lineno == line), None)
 
 
-def _adding(function: ast.FunctionDef, loop: StepLoop) -> ast.stmt | None:
+def _adding(function: FunctionNode, loop: StepLoop) -> ast.stmt | None:
     """The statement of the function's body, before the loop, that adds the call's requests to the scheduler."""
     index = statement_at(function.body, loop.location.line)
     for stmt in function.body[:index]:
@@ -246,7 +247,7 @@ def _prompts(adding: ast.stmt) -> str | None:
     return ast.unparse(source) if isinstance(source, (ast.Name, ast.Attribute)) else None
 
 
-def _truncation(function: ast.FunctionDef, before: int, prompts: str) -> tuple[ast.Assign, str] | None:
+def _truncation(function: FunctionNode, before: int, prompts: str) -> tuple[ast.Assign, str] | None:
     """``prompts = [p[:limit] for p in prompts]`` before line ``before``, and its limit."""
     for stmt in function.body:
         if stmt.lineno >= before or not isinstance(stmt, ast.Assign) or ast.unparse(stmt.targets[0]) != prompts:
@@ -259,7 +260,7 @@ def _truncation(function: ast.FunctionDef, before: int, prompts: str) -> tuple[a
     return None
 
 
-def _retrieval(ctx: FixContext, function: ast.FunctionDef, loop: StepLoop) -> tuple[ast.Assign, str] | None:
+def _retrieval(ctx: FixContext, function: FunctionNode, loop: StepLoop) -> tuple[ast.Assign, str] | None:
     """The statement after the loop that fetches the captured rows from the workers (the first RPC the scan saw
     there, assigned to a name), and its ``unique_reply_rank``."""
     rpcs = sorted((tp for tp in ctx.scan.touchpoints if tp.kind == Kind.RPC and tp.location.file == loop.location.file
@@ -305,7 +306,8 @@ class StepLoopFix(Fixer):
             if why:
                 plan.unhandled += [Unhandled(f, why) for _, f in pairs]
                 continue
-            problem = self._plan_loop(ctx, plan, loop)  # type: ignore[arg-type]
+            assert loop is not None  # _why_not says why without one
+            problem = self._plan_loop(ctx, plan, loop)
             if problem:
                 plan.unhandled += [Unhandled(f, problem) for _, f in pairs]
                 continue
@@ -343,9 +345,9 @@ class StepLoopFix(Fixer):
         file, alias = loop.location.file, ctx.shim.alias
         function = function_of(ctx.root, file, loop.location.line)
         node = _statement(function, loop.location.line) if function else None
-        adding = _adding(function, loop) if function else None  # type: ignore[arg-type]
+        adding = _adding(function, loop) if function else None
         prompts = _prompts(adding) if adding is not None else None
-        fetched = _retrieval(ctx, function, loop) if function else None  # type: ignore[arg-type]
+        fetched = _retrieval(ctx, function, loop) if function else None
         if function is None or node is None or adding is None or prompts is None:
             return "the requests are not added by a `for ... in <prompts>` loop before the step loop"
         if fetched is None:
@@ -358,7 +360,7 @@ class StepLoopFix(Fixer):
         plan.edits.append(InsertBefore(file, adding.lineno, f"the statement that adds requests ({prompts})",
                                        contains=".add_request(",
                                        code=f"{alias}.begin_call({args}, {prompts}, {loop.finish_status})"))
-        cut = _truncation(function, adding.lineno, prompts)  # type: ignore[arg-type]
+        cut = _truncation(function, adding.lineno, prompts)
         if cut is not None:
             stmt, limit = cut
             plan.edits.append(ReplaceStatements(file, stmt.lineno, f"{prompts} = [p[:limit] for p in {prompts}]",

@@ -125,7 +125,7 @@ class ClassAttributes:
 
     def get(self, qualname: str, name: str) -> Value:
         value = self.values.get(qualname, {}).get(name)
-        return None if value is UNTYPED else value  # type: ignore[return-value]
+        return None if isinstance(value, _Untyped) else value
 
     def set(self, qualname: str, name: str, value: Value | _Untyped) -> None:
         names = self.values.setdefault(qualname, {})

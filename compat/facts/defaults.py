@@ -27,9 +27,9 @@ from __future__ import annotations
 import ast
 import operator
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 from compat.facts import Fact
 from compat.facts.reading import Code, declared, loc, method
@@ -310,7 +310,7 @@ def _literal(text: str | None) -> object:
 
 
 ENVS = "vllm.envs"
-_CONVERSIONS = {"bool": bool, "int": int, "float": float, "str": str}
+_CONVERSIONS: dict[str, Callable[[Any], object]] = {"bool": bool, "int": int, "float": float, "str": str}
 
 
 def _env_value(node: ast.expr) -> object:
@@ -325,7 +325,7 @@ def _env_value(node: ast.expr) -> object:
         if func in _CONVERSIONS and len(node.args) == 1:
             inner = _env_value(node.args[0])
             try:
-                return _UNKNOWN if inner is _UNKNOWN else _CONVERSIONS[func](inner)  # type: ignore[operator]
+                return _UNKNOWN if inner is _UNKNOWN else _CONVERSIONS[func](inner)
             except (TypeError, ValueError):
                 return _UNKNOWN
         if isinstance(node.func, ast.Attribute) and node.func.attr in ("lower", "upper", "strip") and not node.args:

@@ -38,18 +38,18 @@ def method(surface: StaticSurface, owner: str | Found, name: str) -> Code | None
         return None
     member = surface.member(found, name)
     defined = definition(member) if isinstance(member, Found) else None
-    if defined is None or defined.owner is None or defined.function is None:
+    if not isinstance(member, Found) or defined is None or defined.owner is None or defined.function is None:
         return None
-    return Code(member, defined.function, defined.module)  # type: ignore[arg-type]
+    return Code(member, defined.function, defined.module)
 
 
 def function(surface: StaticSurface, path: str) -> Code | None:
     """A module-level function, or None."""
     found = surface.lookup(path)
     defined = definition(found) if isinstance(found, Found) else None
-    if defined is None or defined.owner is not None or defined.function is None:
+    if not isinstance(found, Found) or defined is None or defined.owner is not None or defined.function is None:
         return None
-    return Code(found, defined.function, defined.module)  # type: ignore[arg-type]
+    return Code(found, defined.function, defined.module)
 
 
 def find_class(surface: StaticSurface, name: str, prefer: str = "") -> Found | None:

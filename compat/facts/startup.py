@@ -124,8 +124,8 @@ def _step(surface: StaticSurface, call: ast.Call, info: ModuleInfo) -> Step | No
         name = text.rsplit(".", 1)[-1]
         rpc = _rpc_name(call) if name == "collective_rpc" else None
         return Step(StepKind.RPC, rpc, at) if rpc is not None else Step(StepKind.EXECUTOR, name, at)
-    if text == "self.collective_rpc" and _rpc_name(call) is not None:
-        return Step(StepKind.RPC, _rpc_name(call), at)  # type: ignore[arg-type]
+    if text == "self.collective_rpc" and (sent := _rpc_name(call)) is not None:
+        return Step(StepKind.RPC, sent, at)
     if isinstance(call.func, ast.Name):
         found = surface.resolve_expr(info, call.func)
         if isinstance(found, Found) and found.kind == "function" and not found.path.startswith(_SKIP_MODULES):
@@ -159,8 +159,10 @@ def read(surface: StaticSurface) -> StartupFacts:
         return StartupFacts(error="the engine core does not create self.model_executor in __init__")
     steps: list[Step] = []
     owner = surface.lookup(ENGINE_CORE)
+    if not isinstance(owner, Found):  # its __init__ was read: not reached
+        return StartupFacts(error=f"{ENGINE_CORE} not found")
     for stmt in [s for s in init.node.body if s.lineno > start.lineno]:
-        _steps_of(surface, owner, stmt, init.module, 0, steps, set())  # type: ignore[arg-type]
+        _steps_of(surface, owner, stmt, init.module, 0, steps, set())
     return StartupFacts(loc(init.found), loc(init.module, start), tuple(steps))
 
 

@@ -15,6 +15,7 @@ import ast
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from packaging.version import Version
 
@@ -327,7 +328,7 @@ def _merge(plans: Sequence[FixerPlan]) -> list[ShimPiece]:
     return sorted(chosen.values(), key=lambda p: order.get(p.key.split(":")[0], 2))
 
 
-def _is_target(node: ast.stmt, target: str) -> bool:
+def _is_target(node: ast.stmt, target: str) -> TypeGuard[ast.Import | ast.ImportFrom]:
     """An import statement of ``target``'s modules (``from vllm.config import X``, ``import vllm.envs as e``)."""
     modules = [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [
         a.name for a in node.names] if isinstance(node, ast.Import) else []
@@ -343,7 +344,7 @@ def _split_imports(lines: set[str], target: str) -> tuple[list[str], dict[str, s
         if not _is_target(node, target):
             eager.append(line)
             continue
-        for alias in node.names:  # type: ignore[attr-defined]
+        for alias in node.names:
             lazy[alias.asname or alias.name.split(".")[0]] = line
     return eager, lazy
 
