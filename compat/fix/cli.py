@@ -128,10 +128,11 @@ def summary(fix: Fix, verification: Verification | None) -> None:
         kept.setdefault((f.check, f.symbol, why), []).append(version)
     for (check, symbol, why), versions in sorted(kept.items()):
         print(f"  accepted: {check} {symbol} (vLLM {versions[0]}..{versions[-1]}): {why}", file=err)
-    state = "clean" if verification.ok and not verification.unhandled else "NOT clean"
+    clean = verification.ok and not verification.unhandled
+    state = "clean" if clean else "NOT clean"
     if verification.failing():
         state += f" ({len(verification.failing())} fail under --fail-on {verification.fail_on.value})"
-    elif state != "clean":
+    elif not clean:
         state += f" (none fails under --fail-on {verification.fail_on.value})"
     print(f"  re-audit of the patched consumer against {len(verification.builds)} builds: {state}", file=err)
 
