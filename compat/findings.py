@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,6 +20,28 @@ class Status(str, Enum):
     @property
     def rank(self) -> int:
         return {"error": 0, "broken": 1, "changed": 2, "unknown": 3, "ok": 4}[self.value]
+
+
+class FindingKind(StrEnum):
+    """What a finding is about (``Finding.kind``): a touchpoint of one of ``compat.consumer.model.Kind``'s kinds,
+    or one of the build-level concerns."""
+
+    IMPORT = "import"
+    """An import of a vLLM name."""
+    CALL = "call"
+    """A call of a vLLM callable."""
+    ATTRIBUTE = "attribute"
+    """An attribute of a vLLM object, read, stored or called."""
+    RPC = "rpc"
+    """A worker RPC."""
+    PATCH = "patch"
+    """The consumer's code in vLLM's place (a patch, an override, a replacement)."""
+    STARTUP = "startup"
+    """The engine core's start-up steps the consumer replays."""
+    RUNTIME = "runtime"
+    """What a real engine did (the runtime confirmation)."""
+    MODEL = "model"
+    """A model's forward the consumer replaces."""
 
 
 @dataclass(frozen=True)
@@ -95,8 +117,8 @@ class Finding:
     message: str
     evidence: Evidence = field(default_factory=Evidence)
     fix: str | None = None
-    kind: str | None = None
-    """The touchpoint kind (import, call, attribute, rpc) or None for build-level findings."""
+    kind: FindingKind | None = None
+    """None for findings about the build or the audit itself."""
     code: str | None = None
     """The consumer's source line."""
     allowed: str | None = None

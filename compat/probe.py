@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from enum import StrEnum
+from functools import cached_property
+from typing import Any, TypeVar, cast
 
-from compat.consumer.model import ClassPatch, ConsumerClass, Kind, Ref, Scan, TouchPoint
+from compat.consumer.model import ClassPatch, ConsumerClass, Kind, PatchKind, Ref, RefKind, Scan, TouchPoint
 from compat.facts import Fact
 from compat.facts.lineage import FACT as LINEAGE
-from compat.findings import Evidence, Finding, Place, Status
+from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.signature import Signature
 from compat.vllm.surface import Found, Lookup, Missing, Surface, Unresolved
 
@@ -43,6 +45,19 @@ class ConsumerDefined:
         return f"{self.path} is defined by the consumer at {self.location}, not by vLLM"
 
 
+class StandInHow(StrEnum):
+    """How a consumer class comes to stand where a vLLM class is declared (``StandIn.how``)."""
+
+    SUBCLASS = "subclass"
+    """It extends the declared class."""
+    REPLACEMENT = "replacement"
+    """The consumer assigns it over the declared class."""
+
+
+Answer = Lookup | ConsumerDefined
+"""What the context answers for a name or an object: the build's reading of it, or the consumer's own definition."""
+
+
 @dataclass(frozen=True)
 class StandIn:
     """A consumer class whose instance may be what vLLM's code holds where a value of a vLLM class is declared:
@@ -50,15 +65,58 @@ class StandIn:
     class the consumer assigns over it."""
 
     qualname: str
-    how: str
-    """``subclass`` or ``replacement``."""
+    how: StandInHow
     names: frozenset[str]
     """What the class and its consumer-side bases define (methods, class attributes, ``self.x`` stores)."""
     location: str
 
     def describe(self, declared: str) -> str:
-        relation = "a subclass of" if self.how == "subclass" else "the consumer's replacement of"
+        relation = "a subclass of" if self.how == StandInHow.SUBCLASS else "the consumer's replacement of"
         return f"{self.qualname} ({self.location}), {relation} {declared}"
+
+
+@dataclass
+class Answers:
+    """What ``lookup`` and ``class_of`` answered for one surface, under one view of the consumer's additions."""
+
+    paths: dict[str, Answer] = field(default_factory=dict)
+    """``lookup``: dotted path -> what it names."""
+    classes: dict[Ref, Answer] = field(default_factory=dict)
+    """``class_of``: how the consumer reached an object -> its vLLM class."""
+
+
+@dataclass(frozen=True)
+class Additions:
+    """What the consumer adds to one build's vLLM objects (``ProbeContext.added``) and what it replaces there."""
+
+    added: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(vLLM class or module, name) -> where the consumer defines that name on it."""
+    replaced: dict[str, str] = field(default_factory=dict)
+    """vLLM's path -> where the consumer replaces it with its own code."""
+
+
+@dataclass
+class SurfaceMemo:
+    """What a ``ProbeContext`` worked out about one surface. Holding the surface keeps its identity (the memo's
+    key) from passing to another object."""
+
+    surface: Surface
+    alone: Answers = field(default_factory=Answers)
+    """Answers given while the consumer's additions are worked out: of vLLM alone (read only then)."""
+    full: Answers = field(default_factory=Answers)
+    """Answers given otherwise: with the consumer's additions, worked out first where an answer needs them."""
+    additions: Additions | None = None
+    """None until worked out."""
+    adding: bool = False
+    """The additions are being worked out: lookups see vLLM alone."""
+    stand_ins: dict[str, tuple[StandIn, ...]] = field(default_factory=dict)
+    """``stand_ins``: the declared vLLM class -> the consumer's classes that may stand there."""
+    facts: dict[str, object] = field(default_factory=dict)
+    """``fact``: the fact's key (its name and inputs) -> its answer."""
+
+    @property
+    def answers(self) -> Answers:
+        return self.alone if self.adding else self.full
 
 
 @dataclass
@@ -71,103 +129,122 @@ class ProbeContext:
     confirm: bool = False
     """Run the runtime confirmation (installed vLLM only)."""
     confirm_timeout: float = 300.0
-    _memo: dict[Any, Any] = field(default_factory=dict)
+    _surfaces: dict[int, SurfaceMemo] = field(default_factory=dict)
+    """What was worked out about each surface asked about, by the surface's identity."""
+
+    def _of(self, surface: Surface) -> SurfaceMemo:
+        memo = self._surfaces.get(id(surface))
+        if memo is None:
+            memo = self._surfaces[id(surface)] = SurfaceMemo(surface)
+        return memo
 
     def touchpoints(self, kinds: Iterable[Kind]) -> list[TouchPoint]:
         wanted = set(kinds)
         return [tp for tp in self.scan.touchpoints if tp.kind in wanted]
 
-    def lookup(self, path: str, surface: Surface | None = None) -> Lookup:
+    def lookup(self, path: str, surface: Surface | None = None) -> Answer:
         """What ``path`` names in the build; a name the consumer sets on a vLLM module is ``ConsumerDefined``."""
         surface = surface or self.surface
-        key = ("lookup", id(surface), path)
-        if key not in self._memo:
-            found = surface.lookup(path)
+        known = self._of(surface).answers.paths
+        if path not in known:
+            found: Answer = surface.lookup(path)
             if isinstance(found, Missing):
                 found = self._added_path(path, surface) or found
             elif isinstance(found, Unresolved) and any(part in NOT_VLLM for part in path.split(".")[1:]):
                 name = next(part for part in path.split(".")[1:] if part in NOT_VLLM)
                 found = Unresolved(f"{path} is reached through {name}, {NOT_VLLM[name]}, not vLLM's", outside=True)
-            self._memo[key] = found
-        return self._memo[key]
+            # Reading it may have made the additions known: it is kept under the view that is current now.
+            self._of(surface).answers.paths[path] = found
+            return found
+        return known[path]
 
-    def member(self, owner: Found, name: str, surface: Surface | None = None) -> Lookup:
+    def member(self, owner: Found, name: str, surface: Surface | None = None) -> Answer:
         """``owner.name`` in the build, or ``ConsumerDefined`` where the consumer defines it itself."""
         surface = surface or self.surface
         found = surface.member(owner, name)
         if isinstance(found, Missing):
             where = self.added(surface).get((owner.path, name))
             if where is not None:
-                return ConsumerDefined(f"{owner.path}.{name}", where)  # type: ignore[return-value]
+                return ConsumerDefined(f"{owner.path}.{name}", where)
         return found
 
     def added(self, surface: Surface | None = None) -> dict[tuple[str, str], str]:
         """(vLLM class or module, name) -> where the consumer defines that name on it: attribute stores on vLLM
         objects, module attributes it sets, and what its patch classes copy onto their targets."""
-        surface = surface or self.surface
-        key = ("added", id(surface))
-        if key not in self._memo:
-            self._memo[key] = {}  # while it is computed, lookups see vLLM alone
-            self._memo[("replaced", id(surface))] = {}
-            added: dict[tuple[str, str], str] = {}
-            replaced: dict[str, str] = {}
-            for patch in self.scan.class_patches:
-                target = self.lookup(patch.target, surface)
-                if isinstance(target, Found):
-                    for name in patch.names:
-                        where = f"{patch.location} ({patch.patcher})"
-                        if patch.kind == "replace" or (patch.kind == "patch" and self._vllms(patch.target, name)):
-                            # vLLM's own name, whose code the consumer replaces: its calls run the consumer's.
-                            own = surface.member(target, name)
-                            if isinstance(own, Found):
-                                replaced.setdefault(own.path, where)
-                            if patch.kind == "replace":
-                                added.setdefault((target.path, name), where)
-                        elif not self._vllms(patch.target, name):
+        return self._additions(surface or self.surface).added
+
+    def _additions(self, surface: Surface) -> Additions:
+        memo = self._of(surface)
+        if memo.adding:
+            return Additions()  # while they are worked out, lookups see vLLM alone
+        if memo.additions is None:
+            memo.adding = True
+            try:
+                memo.additions = self._read_additions(surface)
+            finally:
+                memo.adding = False
+        return memo.additions
+
+    def _read_additions(self, surface: Surface) -> Additions:
+        added: dict[tuple[str, str], str] = {}
+        replaced: dict[str, str] = {}
+        for patch in self.scan.class_patches:
+            target = self.lookup(patch.target, surface)
+            if isinstance(target, Found):
+                for name in patch.names:
+                    where = f"{patch.location} ({patch.patcher})"
+                    if patch.kind == PatchKind.REPLACE or (patch.kind == PatchKind.PATCH
+                                                           and self._vllms(patch.target, name)):
+                        # vLLM's own name, whose code the consumer replaces: its calls run the consumer's.
+                        own = surface.member(target, name)
+                        if isinstance(own, Found):
+                            replaced.setdefault(own.path, where)
+                        if patch.kind == PatchKind.REPLACE:
                             added.setdefault((target.path, name), where)
-            for tp in self.scan.touchpoints:
-                if tp.kind is Kind.ATTRIBUTE and tp.store and tp.receiver is not None and tp.attribute:
-                    owner = self._class_of(tp.receiver, surface)
-                    if isinstance(owner, Found) and not self._vllms(tp.receiver, tp.attribute):
-                        added.setdefault((owner.path, tp.attribute), str(tp.location))
-            self._memo[key] = added
-            self._memo[("replaced", id(surface))] = replaced
-            for stale in [k for k in self._memo if k[0] in ("lookup", "class_of") and k[1] == id(surface)]:
-                del self._memo[stale]
-        return self._memo[key]
+                    elif not self._vllms(patch.target, name):
+                        added.setdefault((target.path, name), where)
+        for tp in self.scan.touchpoints:
+            if tp.kind is Kind.ATTRIBUTE and tp.store and tp.receiver is not None and tp.attribute:
+                owner = self._class_of(tp.receiver, surface)
+                if isinstance(owner, Found) and not self._vllms(tp.receiver, tp.attribute):
+                    added.setdefault((owner.path, tp.attribute), str(tp.location))
+        return Additions(added, replaced)
 
     def stand_ins(self, declared: str, surface: Surface | None = None) -> tuple[StandIn, ...]:
         """The consumer's classes whose instances may stand where a value of the vLLM class ``declared`` is
         held: at run time the object may be one of them, so what they define may be there too."""
         surface = surface or self.surface
-        key = ("stand_ins", id(surface), declared)
-        if key not in self._memo:
-            found: dict[str, StandIn] = {}
-            for patch in self.scan.class_patches:
-                if patch.kind == "subclass":
-                    base = self.lookup(patch.target, surface)
-                    if isinstance(base, Found) and base.kind == "class" and declared in self.fact(
-                            LINEAGE, base.path, surface=surface).ancestors:
-                        found.setdefault(patch.patcher, StandIn(patch.patcher, "subclass", frozenset(patch.names),
+        known = self._of(surface).stand_ins
+        if declared not in known:
+            known[declared] = self._read_stand_ins(declared, surface)
+        return known[declared]
+
+    def _read_stand_ins(self, declared: str, surface: Surface) -> tuple[StandIn, ...]:
+        found: dict[str, StandIn] = {}
+        for patch in self.scan.class_patches:
+            if patch.kind == PatchKind.SUBCLASS:
+                base = self.lookup(patch.target, surface)
+                if isinstance(base, Found) and base.kind == "class" and declared in self.fact(
+                        LINEAGE, base.path, surface=surface).ancestors:
+                    found.setdefault(patch.patcher, StandIn(patch.patcher, StandInHow.SUBCLASS,
+                                                            frozenset(patch.names), str(patch.location)))
+            elif patch.kind == PatchKind.REPLACE and len(patch.names) == 1:
+                owner = self.lookup(patch.target, surface)
+                if isinstance(owner, Found) and f"{owner.path}.{patch.names[0]}" == declared:
+                    names = self._class_names(patch.patcher)
+                    if names is not None:
+                        found.setdefault(patch.patcher, StandIn(patch.patcher, StandInHow.REPLACEMENT, names,
                                                                 str(patch.location)))
-                elif patch.kind == "replace" and len(patch.names) == 1:
-                    owner = self.lookup(patch.target, surface)
-                    if isinstance(owner, Found) and f"{owner.path}.{patch.names[0]}" == declared:
-                        names = self._class_names(patch.patcher)
-                        if names is not None:
-                            found.setdefault(patch.patcher, StandIn(patch.patcher, "replacement", names,
-                                                                    str(patch.location)))
-            stack = list(found.values())
-            while stack:  # the consumer's own subclasses of those
-                parent = stack.pop()
-                for cls in self.subclasses(parent.qualname):
-                    if cls.qualname not in found:
-                        child = StandIn(cls.qualname, parent.how, parent.names | frozenset(cls.methods),
-                                        str(cls.location))
-                        found[cls.qualname] = child
-                        stack.append(child)
-            self._memo[key] = tuple(found.values())
-        return self._memo[key]
+        stack = list(found.values())
+        while stack:  # the consumer's own subclasses of those
+            parent = stack.pop()
+            for cls in self.subclasses(parent.qualname):
+                if cls.qualname not in found:
+                    child = StandIn(cls.qualname, parent.how, parent.names | frozenset(cls.methods),
+                                    str(cls.location))
+                    found[cls.qualname] = child
+                    stack.append(child)
+        return tuple(found.values())
 
     def stand_in_defining(self, declared: str, name: str, surface: Surface | None = None) -> StandIn | None:
         """The first of ``stand_ins(declared)`` that defines ``name``."""
@@ -175,35 +252,44 @@ class ProbeContext:
 
     def consumer_signature(self, qualname: str) -> Signature | None:
         """The parameters of the consumer's method ``qualname`` (``self`` included), where the scan read them."""
-        if "signatures" not in self._memo:
-            self._memo["signatures"] = {tp.replacement.patcher: tp.replacement.signature for tp in self.scan.touchpoints
-                                        if tp.replacement is not None and tp.replacement.signature is not None}
-        return self._memo["signatures"].get(qualname)
+        return self._signatures.get(qualname)
+
+    @cached_property
+    def _signatures(self) -> dict[str, Signature]:
+        """The consumer's replacement defs (qualname) -> their parameters as written."""
+        return {tp.replacement.patcher: tp.replacement.signature for tp in self.scan.touchpoints
+                if tp.replacement is not None and tp.replacement.signature is not None}
 
     def own_subclass(self, tp: TouchPoint) -> ClassPatch | None:
         """The consumer's subclass of a vLLM class whose method holds ``tp`` (through ``self``): there the object
         is an instance of that class or of the consumer's own subclasses of it, not of an unknown implementation
         of the vLLM class. None for a patch class (whose ``self`` is vLLM's object) and outside methods."""
-        if tp.receiver is None or tp.receiver.kind != "self" or not tp.context:
+        if tp.receiver is None or tp.receiver.kind != RefKind.SELF or not tp.context:
             return None
-        if "subclasses" not in self._memo:
-            self._memo["subclasses"] = {p.patcher: p for p in self.scan.class_patches if p.kind == "subclass"}
         parts = tp.context.split(".")
         for end in range(len(parts) - 1, 0, -1):
-            found = self._memo["subclasses"].get(".".join(parts[:end]))
+            found = self._own_subclasses.get(".".join(parts[:end]))
             if found is not None:
                 return found
         return None
 
+    @cached_property
+    def _own_subclasses(self) -> dict[str, ClassPatch]:
+        """The consumer's subclasses of vLLM classes, by qualname."""
+        return {p.patcher: p for p in self.scan.class_patches if p.kind == PatchKind.SUBCLASS}
+
     def subclasses(self, qualname: str) -> list[ConsumerClass]:
         """The consumer's classes that name the consumer's class ``qualname`` as a base."""
-        if "children" not in self._memo:
-            children: dict[str, list[ConsumerClass]] = {}
-            for cls in self.scan.classes:
-                for base in cls.bases:
-                    children.setdefault(base, []).append(cls)
-            self._memo["children"] = children
-        return self._memo["children"].get(qualname, [])
+        return self._children.get(qualname, [])
+
+    @cached_property
+    def _children(self) -> dict[str, list[ConsumerClass]]:
+        """A consumer class's qualname (as its subclasses name it) -> those subclasses."""
+        children: dict[str, list[ConsumerClass]] = {}
+        for cls in self.scan.classes:
+            for base in cls.bases:
+                children.setdefault(base, []).append(cls)
+        return children
 
     def descendants(self, qualname: str) -> list[ConsumerClass]:
         """Every consumer class deriving from the consumer's class ``qualname``, directly or not."""
@@ -224,23 +310,23 @@ class ProbeContext:
 
     def _class_names(self, qualname: str) -> frozenset[str] | None:
         for patch in self.scan.class_patches:
-            if patch.patcher == qualname and patch.kind == "subclass":
+            if patch.patcher == qualname and patch.kind == PatchKind.SUBCLASS:
                 return frozenset(patch.names)
         cls = self.consumer_class(qualname)
         return frozenset(cls.methods) if cls is not None else None
 
     def consumer_class(self, qualname: str) -> ConsumerClass | None:
         """The consumer's class ``qualname``, as the scan recorded it."""
-        if "classes" not in self._memo:
-            self._memo["classes"] = {c.qualname: c for c in self.scan.classes}
-        return self._memo["classes"].get(qualname)
+        return self._classes.get(qualname)
+
+    @cached_property
+    def _classes(self) -> dict[str, ConsumerClass]:
+        return {c.qualname: c for c in self.scan.classes}
 
     def replaced(self, path: str, surface: Surface | None = None) -> str | None:
         """Where the consumer replaces vLLM's ``path`` (a function, a class, a method) with its own code, if it
         does: calls of it run the consumer's code, so vLLM's signature is not what they must bind to."""
-        surface = surface or self.surface
-        self.added(surface)
-        return self._memo[("replaced", id(surface))].get(path)
+        return self._additions(surface or self.surface).replaced.get(path)
 
     def _vllms(self, target: Ref | str, name: str) -> bool:
         """``name`` is vLLM's own on ``target`` in the build the consumer was written for: the consumer sets or
@@ -260,18 +346,20 @@ class ProbeContext:
                 return ConsumerDefined(".".join(parts[:i + 1]), where)
         return None
 
-    def class_of(self, ref: Ref, surface: Surface | None = None) -> Lookup:
+    def class_of(self, ref: Ref, surface: Surface | None = None) -> Answer:
         """The vLLM class (or module) of an object the consumer reached through ``ref``."""
         surface = surface or self.surface
-        key = ("class_of", id(surface), ref)
-        if key not in self._memo:
-            self._memo[key] = self._class_of(ref, surface)
-        return self._memo[key]
+        known = self._of(surface).answers.classes
+        if ref not in known:
+            found = self._class_of(ref, surface)
+            self._of(surface).answers.classes[ref] = found
+            return found
+        return known[ref]
 
-    def _class_of(self, ref: Ref, surface: Surface) -> Lookup:
-        if ref.kind == "attribute" and ref.name in NOT_VLLM:
+    def _class_of(self, ref: Ref, surface: Surface) -> Answer:
+        if ref.kind == RefKind.ATTRIBUTE and ref.name in NOT_VLLM:
             return Unresolved(f"{ref.render()} is {NOT_VLLM[ref.name]}, not vLLM's", outside=True)
-        if ref.kind == "symbol":
+        if ref.kind == RefKind.SYMBOL:
             found = self.lookup(ref.symbol or "", surface)
             if isinstance(found, Found) and found.kind == "attribute":
                 # A module-level variable (``parallel_state._TP``): the class its annotation or value gives.
@@ -283,11 +371,11 @@ class ProbeContext:
                 return Unresolved(f"{ref.symbol} is named only for type checking (an import under TYPE_CHECKING) "
                                   f"and is not in this build: {found.reason}")
             return found
-        if ref.kind == "worker":
+        if ref.kind == RefKind.WORKER:
             return self.lookup(self.worker_class, surface)
-        if ref.kind == "self":
+        if ref.kind == RefKind.SELF:
             return self.lookup(ref.symbol or "", surface)
-        if ref.kind == "attribute" and ref.base is not None and ref.name:
+        if ref.kind == RefKind.ATTRIBUTE and ref.base is not None and ref.name:
             owner = self.class_of(ref.base, surface)
             if not isinstance(owner, Found):
                 return owner
@@ -298,19 +386,19 @@ class ProbeContext:
                 member = self.member(owner, ref.name, surface)
                 return member if isinstance(member, ConsumerDefined) else found
             return found
-        if ref.kind == "call" and ref.base is not None:
+        if ref.kind == RefKind.CALL and ref.base is not None:
             callee = self.callee(ref.base, surface)
             if not isinstance(callee, Found):
                 return callee
-            through = self.class_of(ref.base.base, surface) if ref.base.kind == "attribute" and ref.base.base \
+            through = self.class_of(ref.base.base, surface) if ref.base.kind == RefKind.ATTRIBUTE and ref.base.base \
                 else None
             return surface.result_type(callee, through if isinstance(through, Found) else None)
         return Unresolved(f"cannot tell what {ref.render()} is")
 
-    def callee(self, ref: Ref, surface: Surface | None = None) -> Lookup:
+    def callee(self, ref: Ref, surface: Surface | None = None) -> Answer:
         """The vLLM callable that ``ref`` names (a class, a function, a method via its receiver)."""
         surface = surface or self.surface
-        if ref.kind == "attribute" and ref.base is not None and ref.name:
+        if ref.kind == RefKind.ATTRIBUTE and ref.base is not None and ref.name:
             owner = self.class_of(ref.base, surface)
             if not isinstance(owner, Found):
                 return owner
@@ -320,13 +408,14 @@ class ProbeContext:
     def fact(self, fact: Fact[T], *inputs: Any, surface: Surface | None = None) -> T:
         """A fact about the build's code (see ``compat.facts``), read once per build and inputs."""
         surface = surface or self.surface
-        memo = ("fact", id(surface), fact.key(inputs))
-        if memo not in self._memo:
-            self._memo[memo] = surface.fact(fact, *inputs)
-        return self._memo[memo]
+        known = self._of(surface).facts
+        key = fact.key(inputs)
+        if key not in known:
+            known[key] = surface.fact(fact, *inputs)
+        return cast(T, known[key])
 
     @staticmethod
-    def where(found: Lookup | None) -> str | None:
+    def where(found: Answer | None) -> str | None:
         if isinstance(found, Found) and found.location is not None:
             return str(found.location)
         return None
@@ -358,5 +447,5 @@ class Probe:
                 evidence: Evidence | None = None, fix: str | None = None, symbol: str | None = None) -> Finding:
         return Finding(check=self.name, status=status, symbol=symbol or tp.symbol,
                        consumer_location=str(tp.location), vllm_location=vllm_location, message=message,
-                       evidence=evidence or Evidence(), fix=fix, kind=tp.kind.value, code=tp.code or None,
+                       evidence=evidence or Evidence(), fix=fix, kind=FindingKind(tp.kind.value), code=tp.code or None,
                        touchpoint=tp.symbol, place=Place.at(tp.location))

@@ -7,7 +7,7 @@ probes and the reports never know which reading made them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 
 
 class ParamKind(str, Enum):
@@ -58,11 +58,24 @@ class CallShape:
         return "(" + ", ".join(parts) + ")"
 
 
+class BindCode(StrEnum):
+    """Why a call does not bind to a signature (``BindProblem.code``)."""
+
+    UNEXPECTED_KEYWORD = "unexpected-keyword"
+    """A keyword the signature does not take (and no ``**kwargs`` to catch it)."""
+    MISSING_REQUIRED = "missing-required"
+    """A required parameter the call does not pass."""
+    TOO_MANY_POSITIONAL = "too-many-positional"
+    """More positional arguments than the signature's positional parameters (and no ``*args``)."""
+    POSITIONAL_ONLY_BY_KEYWORD = "positional-only-by-keyword"
+    """A positional-only parameter passed by keyword."""
+    DUPLICATE_ARGUMENT = "duplicate-argument"
+    """A parameter passed both positionally and by keyword."""
+
+
 @dataclass(frozen=True)
 class BindProblem:
-    code: str
-    """One of: unexpected-keyword, missing-required, too-many-positional, positional-only-by-keyword,
-    duplicate-argument."""
+    code: BindCode
     parameter: str | None
     message: str
 
@@ -117,7 +130,7 @@ class Signature:
         filled: set[str] = set()
         if call.positional > len(positional) and not var_pos:
             problems.append(BindProblem(
-                "too-many-positional", None,
+                BindCode.TOO_MANY_POSITIONAL, None,
                 f"{callable_name} takes at most {len(positional)} positional argument(s) but the call passes "
                 f"{call.positional}"))
         filled.update(p.name for p in positional[: call.positional])
@@ -127,18 +140,18 @@ class Signature:
             if param is None or param.kind in (ParamKind.VAR_POSITIONAL, ParamKind.VAR_KEYWORD):
                 if not var_kw:
                     problems.append(BindProblem(
-                        "unexpected-keyword", keyword,
+                        BindCode.UNEXPECTED_KEYWORD, keyword,
                         f"{callable_name} no longer accepts keyword '{keyword}'"))
                 continue
             if param.kind == ParamKind.POSITIONAL_ONLY:
                 if not var_kw:
                     problems.append(BindProblem(
-                        "positional-only-by-keyword", keyword,
+                        BindCode.POSITIONAL_ONLY_BY_KEYWORD, keyword,
                         f"{callable_name} takes '{keyword}' positionally only, the call passes it by keyword"))
                 continue
             if keyword in filled:
                 problems.append(BindProblem(
-                    "duplicate-argument", keyword,
+                    BindCode.DUPLICATE_ARGUMENT, keyword,
                     f"{callable_name} gets '{keyword}' both positionally and by keyword"))
             filled.add(keyword)
         for param in params:
@@ -151,7 +164,7 @@ class Signature:
             if param.kind == ParamKind.POSITIONAL_OR_KEYWORD and (call.star_args or call.star_kwargs):
                 continue
             problems.append(BindProblem(
-                "missing-required", param.name,
+                BindCode.MISSING_REQUIRED, param.name,
                 f"{callable_name} requires '{param.name}', which the call does not pass"))
         return problems
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+import compat.probes.calls as calls_probe
+import compat.probes.imports as imports_probe
 from packaging.version import Version
 
 from compat.consumer.model import Kind, TouchPoint
@@ -20,11 +22,11 @@ from compat.facts import arguments
 from compat.findings import Finding
 from compat.fix.context import AuditedBuild, FixContext, span
 from compat.fix.edits import AddKeyword, RouteImport
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import call_of, imported_as
-from compat.fixers import Fixer
-from compat.signature import ParamKind, Signature
+from compat.signature import BindCode, ParamKind, Signature
 from compat.vllm.surface import Found, relocated
 
 HANDLED = {"unexpected-keyword", "missing-required"}
@@ -125,7 +127,7 @@ def _adjustment(name: str, symbol: str, dropped: list[tuple[str, str]],
 class CallAdapter(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        for location, pairs in ctx.by_location(ctx.failing("call")).items():
+        for location, pairs in ctx.by_location(ctx.failing(calls_probe.PROBE)).items():
             for symbol in sorted({f.symbol for _, f in pairs}):
                 finding = next(f for _, f in pairs if f.symbol == symbol)
                 tp = ctx.touchpoint(location, Kind.CALL.value)
@@ -158,7 +160,7 @@ class CallAdapter(Fixer):
             for problem in sig.bind(tp.call, name):
                 if problem.code not in HANDLED or problem.parameter is None:
                     raise CompatError(f"vLLM {build.version}: {problem.message} (no fixer for {problem.code})")
-                target = dropped if problem.code == "unexpected-keyword" else required
+                target = dropped if problem.code == BindCode.UNEXPECTED_KEYWORD else required
                 target.setdefault(problem.parameter, []).append(build)
         if not dropped and not required:
             return
@@ -168,7 +170,8 @@ class CallAdapter(Fixer):
         recipes = {}
         for param, builds in required.items():
             sig = _signature(builds[-1], symbol)
-            available = _passed_names(tp, sig) | siblings  # type: ignore[arg-type]
+            assert sig is not None  # required holds the builds whose signature was read
+            available = _passed_names(tp, sig) | siblings
             recipes[param] = _recipes(ctx, symbol, param, builds, available)
         context = sorted({n for rs in recipes.values() for r in rs for n in r.source.names} - {
             n for b in failing if (s := _signature(b, symbol)) for n in _passed_names(tp, s)})
@@ -187,7 +190,7 @@ class CallAdapter(Fixer):
                                    shim=ctx.shim.module) for at in imports]
         for c in context:
             plan.edits.append(AddKeyword(file, line, f"{name}(...)", callee=name, keyword=c, value=c))
-        plan.claims.append(Claim("call", symbol))
+        plan.claims.append(Claim(calls_probe.PROBE.name, symbol))
         for keyword, builds in dropped.items():
             plan.notes.append(f"{name}: drops {keyword}= where the build does not take it ({span(builds)})")
         for param, builds in required.items():
@@ -202,8 +205,8 @@ def _behind_moves(ctx: FixContext) -> list[tuple[TouchPoint, Finding, list[Audit
     """Calls of a moved name that do not bind where it moved to: the audit reports them only as uses of the
     missing name (folded into the import's finding, which the imports fixer fixes), so without this the
     routed call would still fail on those builds. Each with the import's finding and the builds it fails on."""
-    moved = {f.symbol: f for _, f in ctx.failing("import")}
-    reported = {(f.consumer_location, f.symbol) for _, f in ctx.failing("call")}
+    moved = {f.symbol: f for _, f in ctx.failing(imports_probe.PROBE)}
+    reported = {(f.consumer_location, f.symbol) for _, f in ctx.failing(calls_probe.PROBE)}
     found = []
     for tp in ctx.scan.touchpoints:
         if tp.kind != Kind.CALL or tp.call is None or tp.symbol not in moved or (str(tp.location),
@@ -234,6 +237,6 @@ FIXER = CallAdapter(
     description="A call that no longer binds: keywords the build does not accept are dropped, parameters it "
                 "requires are passed as vLLM's own code computes them (from the call's other arguments or the "
                 "objects beside it), chosen at run time by feature detection.",
-    handles=("call",),
+    handles=(calls_probe.PROBE,),
     order=20,
 )

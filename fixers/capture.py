@@ -13,14 +13,17 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+import compat.probes.models as models_probe
+
 from compat.consumer.model import Kind, ModelPatch
 from compat.errors import CompatError
 from compat.facts import models
 from compat.fix.context import FixContext
 from compat.fix.edits import ReplaceStatements
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.source import function_of, segment, statement_at
-from compat.fixers import Fixer
+from compat.syntax import FunctionNode
 
 CODE = '''
 def decoder_stack(model):
@@ -138,14 +141,14 @@ class Capture:
     value: str
 
 
-def _replacement(ctx: FixContext, patch: ModelPatch) -> ast.FunctionDef:
+def _replacement(ctx: FixContext, patch: ModelPatch) -> FunctionNode:
     function = function_of(ctx.root, patch.definition.file, patch.definition.line)
     if function is None or function.name != patch.function.rpartition(".")[2]:
         raise CompatError(f"cannot find the replacement forward {patch.function} at {patch.definition}")
-    return function  # type: ignore[return-value]
+    return function
 
 
-def _read_capture(forward: ast.FunctionDef) -> Capture:
+def _read_capture(forward: FunctionNode) -> Capture:
     """The layer ids, the store call, the rank condition and the captured value of a forward written as
     ``for ... layer in ...self.layers...: a, b = layer(...); if idx in <ids>: <list>.append(<value>)``
     followed by ``<ext>.<store>(<list>)``, with ``<ext> = self.<link>``."""
@@ -155,33 +158,34 @@ def _read_capture(forward: ast.FunctionDef) -> Capture:
                 None)
     if loop is None:
         raise CompatError("the replacement forward does not loop over self.layers")
-    outputs = next((n.targets[0] for n in loop.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                    and isinstance(n.targets[0], ast.Tuple)), None)
-    appends = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-               and n.func.attr == "append" and len(n.args) == 1]
-    guard = next((n for n in ast.walk(loop) if isinstance(n, ast.If) and isinstance(n.test, ast.Compare)
-                  and isinstance(n.test.ops[0], ast.In)), None)
+    outputs = next((target for n in loop.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                    and isinstance(target := n.targets[0], ast.Tuple)), None)
+    appends = [(n, append) for n in ast.walk(loop) if isinstance(n, ast.Call)
+               and isinstance(append := n.func, ast.Attribute) and append.attr == "append" and len(n.args) == 1]
+    guard = next((test for n in ast.walk(loop) if isinstance(n, ast.If) and isinstance(test := n.test, ast.Compare)
+                  and isinstance(test.ops[0], ast.In)), None)
     if outputs is None or not appends or guard is None:
         raise CompatError("the replacement forward does not capture `a, b = layer(...)` outputs of selected "
                           "layers with `if index in ids: captured.append(...)`")
-    params = ", ".join(ast.unparse(e) for e in outputs.elts)  # type: ignore[attr-defined]
-    value = f"lambda {params}: {ast.unparse(appends[0].args[0])}"
-    ids_name = ast.unparse(guard.test.comparators[0])
+    params = ", ".join(ast.unparse(e) for e in outputs.elts)
+    value = f"lambda {params}: {ast.unparse(appends[0][0].args[0])}"
+    ids_name = ast.unparse(guard.comparators[0])
     ids = names.get(ids_name)
     when = "True"
     if isinstance(ids, ast.IfExp):
         when = ast.unparse(names.get(ast.unparse(ids.test), ids.test))
         ids = ids.body
-    collected = ast.unparse(appends[0].func.value)
-    store = next((n for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                  and [ast.unparse(a) for a in n.args] == [collected] and n.func.attr != "append"), None)
+    collected = ast.unparse(appends[0][1].value)
+    store = next((func for n in ast.walk(forward) if isinstance(n, ast.Call)
+                  and isinstance(func := n.func, ast.Attribute)
+                  and [ast.unparse(a) for a in n.args] == [collected] and func.attr != "append"), None)
     if not isinstance(ids, ast.Attribute) or store is None:
         raise CompatError("the replacement forward's layer ids or store call are not `<extension>.<attribute>`")
     ext = ast.unparse(ids.value)
-    if ast.unparse(store.func.value) != ext or not (isinstance(names.get(ext), ast.Attribute)
-                                                   and ast.unparse(names[ext].value) == "self"):
+    if ast.unparse(store.value) != ext or not (isinstance(link := names.get(ext), ast.Attribute)
+                                               and ast.unparse(link.value) == "self"):
         raise CompatError("the replacement forward does not reach its extension as `self.<attribute>`")
-    return Capture(f"self.{ids.attr}", f"self.{store.func.attr}", f"lambda: {when}", value)  # type: ignore[union-attr]
+    return Capture(f"self.{ids.attr}", f"self.{store.attr}", f"lambda: {when}", value)
 
 
 def _installation(ctx: FixContext, patch: ModelPatch) -> tuple[list[str], int, str]:
@@ -190,9 +194,10 @@ def _installation(ctx: FixContext, patch: ModelPatch) -> tuple[list[str], int, s
     file, line = patch.location.file, patch.location.line
     function = function_of(ctx.root, file, line)
     index = statement_at(function.body, line) if function else None
-    if function is None or index is None:
+    if function is None or index is None or not isinstance(installs := function.body[index], ast.Assign) \
+            or not isinstance(installed := installs.targets[0], ast.Attribute):
         raise CompatError(f"cannot find the forward's installation at {patch.location}")
-    target = ast.unparse(function.body[index].targets[0].value)  # type: ignore[attr-defined]
+    target = ast.unparse(installed.value)
     first = index
     while first > 0:
         stmt = function.body[first - 1]
@@ -222,7 +227,7 @@ def _runner(ctx: FixContext, patch: ModelPatch, model: str) -> str | None:
 class LayerHooks(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        failing = ctx.failing("model")
+        failing = ctx.failing(models_probe.PROBE)
         if not failing:
             return plan
         for patch in ctx.scan.model_patches:
@@ -247,7 +252,7 @@ class LayerHooks(Fixer):
             plan.pieces.append(ShimPiece("capture:layers", f"_STACK_PATHS = {tuple(paths)!r}\n\n{CODE}",
                                          "decoder layers observed by hooks; the stack found through the wrappers "
                                          f"of the audited builds ({', '.join('.'.join(p) for p in paths)})"))
-            plan.claims.append(Claim("model"))
+            plan.claims.append(Claim(models_probe.PROBE.name))
         return plan
 
     def _eagle3_checks(self, ctx: FixContext, patch: ModelPatch, failing) -> list[ReplaceStatements]:
@@ -263,8 +268,9 @@ class LayerHooks(Fixer):
             function = function_of(ctx.root, tp.location.file, tp.location.line)
             index = statement_at(function.body, tp.location.line) if function else None
             stmt = function.body[index] if function and index is not None else None
-            if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.UnaryOp):
-                model = ast.unparse(stmt.test.operand.args[0])  # type: ignore[attr-defined]
+            if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.UnaryOp) and isinstance(
+                    called := stmt.test.operand, ast.Call):
+                model = ast.unparse(called.args[0])
                 edits.append(ReplaceStatements(tp.location.file, stmt.lineno, "if not supports_eagle3(...)",
                                                expected=(segment(ctx.root, tp.location.file, stmt).strip(),),
                                                replacement=f"{ctx.shim.alias}.decoder_stack({model})\n"))
@@ -280,6 +286,6 @@ FIXER = LayerHooks(
     description="A replacement forward that captures decoder-layer outputs: replaced by forward hooks on the "
                 "layers, so the build's own forward (its embedding, layer calls and extra arguments) runs and the "
                 "stack is found through the audited builds' wrappers.",
-    handles=("model",),
+    handles=(models_probe.PROBE,),
     order=60,
 )

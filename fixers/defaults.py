@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import re
 
+import compat.probes.defaults as defaults_probe
+
 from compat.consumer.model import Kind
 from compat.findings import Finding
 from compat.fix.context import FixContext
 from compat.fix.edits import RouteImport
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import imported_as
-from compat.fixers import Fixer
 
-NAME = "defaults"
+NAME = defaults_probe.PROBE.name
 CHUNKED = "enable_chunked_prefill"
 
 
@@ -82,7 +84,7 @@ def {adjustment_name(config, NAME)}(target, params, args, kwargs, context):
 class ChangedDefaults(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        failing = ctx.failing("defaults")
+        failing = ctx.failing(defaults_probe.PROBE)
         pinned: dict[str, dict[str, tuple[str, list[str]]]] = {}
         routes: dict[str, tuple[str, int]] = {}
         for build, finding in failing:
@@ -147,6 +149,6 @@ FIXER = ChangedDefaults(
     name=NAME,
     description="Changed defaults of configs the consumer builds: switches turned on since the build it was "
                 "written for kept off, defaults that change nothing for it accepted with why, the rest listed.",
-    handles=(NAME,),
+    handles=(defaults_probe.PROBE,),
     order=52,
 )

@@ -3,13 +3,15 @@ Request, and skips the forward pass of a cached prefix, so a forward that captur
 
 from __future__ import annotations
 
+import compat.probes.block_hashing as block_hashing_probe
+
 from compat.consumer.model import Kind
 from compat.fix.context import FixContext, span
 from compat.fix.edits import RouteImport
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import imported_as
-from compat.fixers import Fixer
 
 CACHE_CONFIG = "vllm.config.CacheConfig"
 NAME = "hashing"
@@ -29,7 +31,7 @@ def {adjustment_name("CacheConfig", NAME)}(target, params, args, kwargs, context
 class PrefixCaching(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        failing = ctx.failing("block-hashing")
+        failing = ctx.failing(block_hashing_probe.PROBE)
         if not failing:
             return plan
         configs = [tp for tp in ctx.scan.touchpoints if tp.kind == Kind.CALL and tp.symbol == CACHE_CONFIG]
@@ -48,7 +50,7 @@ class PrefixCaching(Fixer):
                                   wraps="CacheConfig")]
         plan.edits.append(RouteImport(tp.location.file, tp.location.line, "from vllm.config import CacheConfig",
                                       module="vllm.config", names=("CacheConfig",), shim=ctx.shim.module))
-        plan.claims.append(Claim("block-hashing"))
+        plan.claims.append(Claim(block_hashing_probe.PROBE.name))
         builds = sorted({b.version for b, _ in failing})
         plan.notes.append("CacheConfig turns prefix caching off unless the consumer sets it (on by default in "
                           f"{span([b for b in ctx.builds if b.version in builds])}): every prompt's rows are "
@@ -60,6 +62,6 @@ FIXER = PrefixCaching(
     name=NAME,
     description="Prefix caching on by default: the shim's CacheConfig turns it off unless the consumer sets it, "
                 "so no captured row is skipped and Requests need no block hasher.",
-    handles=("block-hashing",),
+    handles=(block_hashing_probe.PROBE,),
     order=50,
 )

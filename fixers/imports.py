@@ -8,15 +8,18 @@ own fallback and stays as it is (unless the audit reports it).
 
 from __future__ import annotations
 
+import compat.probes.calls as calls_probe
+import compat.probes.imports as imports_probe
+
 from compat.consumer.model import Kind
 from compat.errors import CompatError
 from compat.findings import Finding
 from compat.fix.context import FixContext, span
 from compat.fix.edits import RouteImport
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, Unhandled
 from compat.fix.shim import export, homes, raw_import
 from compat.fix.source import imported_as
-from compat.fixers import Fixer
 
 
 def _location(finding: Finding) -> tuple[str, int]:
@@ -35,7 +38,7 @@ def import_sites(ctx: FixContext, symbol: str, reported: list[tuple[str, int]]) 
 class MovedImports(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        failing = ctx.failing("import")
+        failing = ctx.failing(imports_probe.PROBE)
         for symbol in sorted({f.symbol for _, f in failing}):
             findings = list({f.consumer_location: f for _, f in failing if f.symbol == symbol}.values())
             module, _, name = symbol.rpartition(".")
@@ -61,7 +64,7 @@ class MovedImports(Fixer):
             plan.edits += routed
             plan.pieces += [piece, export(name)]
             # Where the name is missing, its calls fail too: the same cause.
-            plan.claims += [Claim("import", symbol), Claim("call", symbol)]
+            plan.claims += [Claim(imports_probe.PROBE.name, symbol), Claim(calls_probe.PROBE.name, symbol)]
             where = "; ".join(f"{m} ({span([b for b in ctx.builds if b.version in vs])})" for m, vs in found)
             sites = f" ({len(routed)} imports)" if len(routed) > 1 else ""
             plan.notes.append(f"{name} is imported from where the running build defines it{sites}: {where}")
@@ -73,6 +76,6 @@ FIXER = MovedImports(
     description="A name the build no longer serves where the consumer imports it: the shim imports it from "
                 "wherever the running build defines it (an except-ImportError chain over the audited builds' "
                 "homes) and the consumer imports it from the shim.",
-    handles=("import",),
+    handles=(imports_probe.PROBE,),
     order=10,
 )

@@ -18,10 +18,10 @@ from compat.consumer.model import Kind
 from compat.errors import CompatError
 from compat.fix.context import FixContext
 from compat.fix.edits import InsertAfter
+from compat.fix.fixer import Fixer
 from compat.fix.plan import FixerPlan, ShimPiece
 from compat.fix.shim import homes
 from compat.fix.source import call_of, function_of, statement_at
-from compat.fixers import Fixer
 
 NAME = "kv-cache"
 PLAN = "vllm.v1.core.kv_cache_utils.get_kv_cache_config_from_groups"

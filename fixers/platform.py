@@ -8,10 +8,10 @@ import ast
 from compat.consumer.model import Kind
 from compat.fix.context import FixContext
 from compat.fix.edits import ReplaceStatements, RouteCall, RouteImport
+from compat.fix.fixer import Fixer
 from compat.fix.plan import FixerPlan, ShimPiece
 from compat.fix.shim import adjustment_name, raw_import
 from compat.fix.source import function_of, imported_as, parsed, segment, statement_at
-from compat.fixers import Fixer
 
 NAME = "platform"
 MEMORY = '''

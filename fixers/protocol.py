@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import compat.probes.protocol as protocol_probe
+
 from compat.consumer.model import Kind, TouchPoint
 from compat.fix.context import FixContext, span
 from compat.fix.edits import RouteCall
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
-from compat.fixers import Fixer
 
 CODE = '''
 def execute_model(executor, scheduler_output, *args, **kwargs):
@@ -44,7 +46,7 @@ def _route(tp: TouchPoint, function: str) -> RouteCall | str:
 class TwoPhaseProtocol(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        failing = ctx.failing("protocol")
+        failing = ctx.failing(protocol_probe.PROBE)
         for location, pairs in ctx.by_location(failing).items():
             tp = _execute_model_call(ctx, location)
             finding = pairs[0][1]
@@ -54,7 +56,7 @@ class TwoPhaseProtocol(Fixer):
                 plan.unhandled.append(Unhandled(finding, edit))
                 continue
             plan.edits.append(edit)
-            plan.claims.append(Claim("protocol", finding.symbol))
+            plan.claims.append(Claim(protocol_probe.PROBE.name, finding.symbol))
         if plan.edits:
             _, finding = failing[-1]
             error = dict(finding.evidence.extra).get("error_text", "sample_tokens() must follow")
@@ -70,6 +72,6 @@ FIXER = TwoPhaseProtocol(
     name="protocol",
     description="execute_model() that may return None in two-phase builds: the shim calls sample_tokens(None) "
                 "after it, so the next step is accepted.",
-    handles=("protocol",),
+    handles=(protocol_probe.PROBE,),
     order=30,
 )

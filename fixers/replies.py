@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import compat.probes.reply_shape as reply_shape_probe
+
 from compat.consumer.model import Kind
 from compat.facts import replies
 from compat.fix.context import FixContext
 from compat.fix.edits import RouteCall
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
-from compat.fixers import Fixer
 
 CODE = '''
 _SHARE_CUDA = os.environ.get("COMPAT_CUDA_IPC", "1").lower() not in ("0", "false", "no")
@@ -107,12 +109,12 @@ def _opened(value, failed):
 class RankReplies(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        failing = ctx.failing("reply-shape")
+        failing = ctx.failing(reply_shape_probe.PROBE)
         if not failing:
             return plan
         executor = failing[0][1].symbol.rpartition(".")[0]
         shapes = {b.version: b.fact(replies.FACT, executor).multiproc.without_rank for b in ctx.builds}
-        not_lists = sorted(v for v, shape in shapes.items() if shape != "list")
+        not_lists = sorted(v for v, shape in shapes.items() if shape != replies.ReplyShape.LIST)
         for location, pairs in ctx.by_location(failing).items():
             finding = pairs[0][1]
             tp = ctx.touchpoint(location, Kind.RPC.value)
@@ -125,7 +127,7 @@ class RankReplies(Fixer):
                 continue
             plan.edits.append(RouteCall(tp.location.file, tp.location.line, tp.code, callee="collective_rpc",
                                         function=f"{ctx.shim.alias}.collective_rpc", receiver=True))
-            plan.claims.append(Claim("reply-shape", finding.symbol))
+            plan.claims.append(Claim(reply_shape_probe.PROBE.name, finding.symbol))
         if plan.edits:
             plan.pieces.append(ShimPiece("replies:collective_rpc", CODE,
                                          f"{executor}.collective_rpc answers one entry per worker without a rank "
@@ -138,6 +140,6 @@ FIXER = RankReplies(
     name="replies",
     description="collective_rpc(..., unique_reply_rank=...) whose reply the consumer indexes: the shim answers "
                 "a one-entry list in every build.",
-    handles=("reply-shape",),
+    handles=(reply_shape_probe.PROBE,),
     order=40,
 )

@@ -13,15 +13,16 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, replace
 
+import compat.probes.startup as startup_probe
 from packaging.version import Version
 
 from compat.facts import replay
 from compat.facts.startup import NOT_NEEDED
 from compat.fix.context import AuditedBuild, FixContext, span
 from compat.fix.edits import InsertAfter
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece
 from compat.fix.source import function_of, segment, statement_at
-from compat.fixers import Fixer
 from compat.vllm.surface import Found
 
 
@@ -86,7 +87,7 @@ def _step_name(symbol: str) -> str:
 class StartupSteps(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        failing = ctx.failing("startup")
+        failing = ctx.failing(startup_probe.PROBE)
         names = {_step_name(f.symbol) for _, f in failing}
         if not failing:
             return plan
@@ -94,7 +95,7 @@ class StartupSteps(Fixer):
             self._layout(ctx, plan, failing)
         for name in sorted(names - set(LAYOUT.names)):
             if name in NOT_NEEDED:
-                plan.accepted.append((Claim("startup", f"*{name}"), NOT_NEEDED[name].text()))
+                plan.accepted.append((Claim(startup_probe.PROBE.name, f"*{name}"), NOT_NEEDED[name].text()))
         return plan
 
     def _layout(self, ctx: FixContext, plan: FixerPlan, failing) -> None:
@@ -127,7 +128,7 @@ class StartupSteps(Fixer):
         plan.pieces.append(ShimPiece("startup:layout", code, f"start-up: {LAYOUT.why}", imports=tuple(imports)))
         plan.edits.append(InsertAfter(file, stmt.lineno, "x = Executor(...)", expected=segment(ctx.root, file, stmt),
                                       code=f"{ctx.shim.alias}.{LAYOUT.function}({executor}, {config})"))
-        plan.claims += [Claim("startup", f"*{name}") for name in LAYOUT.names]
+        plan.claims += [Claim(startup_probe.PROBE.name, f"*{name}") for name in LAYOUT.names]
         builds = [b for _, bs in ordered for b in bs]
         plan.notes.append(f"after creating the executor, the KV cache layout is resolved with the engine core's own "
                           f"statements ({', '.join(f'{span(bs)}: {r.at}' for r, bs in ordered)}; "
@@ -138,6 +139,6 @@ FIXER = StartupSteps(
     name="startup",
     description="Start-up steps of the engine core that the hand-built pipeline skips: performs those its "
                 "correctness depends on (the KV cache layout), and says why the others do not matter for it.",
-    handles=("startup",),
+    handles=(startup_probe.PROBE,),
     order=70,
 )

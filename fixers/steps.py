@@ -25,14 +25,18 @@ from __future__ import annotations
 
 import ast
 
+import compat.probes.defaults as defaults_probe
+import compat.probes.models as models_probe
+import compat.probes.steps as steps_probe
 from compat.fixers.protocol import CODE as EXECUTE_MODEL
 
-from compat.consumer.model import Kind, StepLoop
+from compat.consumer.model import Finishes, Kind, StepLoop
 from compat.fix.context import FixContext
 from compat.fix.edits import InsertAfter, InsertBefore, ReplaceStatements
+from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.source import call_of, function_of, segment, statement_at
-from compat.fixers import Fixer
+from compat.syntax import FunctionNode
 
 NAME = "steps"
 
@@ -223,7 +227,7 @@ def _statement(function: ast.AST, line: int) -> ast.stmt | None:
     return next((n for n in ast.walk(function) if isinstance(n, ast.stmt) and n.lineno == line), None)
 
 
-def _adding(function: ast.FunctionDef, loop: StepLoop) -> ast.stmt | None:
+def _adding(function: FunctionNode, loop: StepLoop) -> ast.stmt | None:
     """The statement of the function's body, before the loop, that adds the call's requests to the scheduler."""
     index = statement_at(function.body, loop.location.line)
     for stmt in function.body[:index]:
@@ -243,7 +247,7 @@ def _prompts(adding: ast.stmt) -> str | None:
     return ast.unparse(source) if isinstance(source, (ast.Name, ast.Attribute)) else None
 
 
-def _truncation(function: ast.FunctionDef, before: int, prompts: str) -> tuple[ast.Assign, str] | None:
+def _truncation(function: FunctionNode, before: int, prompts: str) -> tuple[ast.Assign, str] | None:
     """``prompts = [p[:limit] for p in prompts]`` before line ``before``, and its limit."""
     for stmt in function.body:
         if stmt.lineno >= before or not isinstance(stmt, ast.Assign) or ast.unparse(stmt.targets[0]) != prompts:
@@ -256,7 +260,7 @@ def _truncation(function: ast.FunctionDef, before: int, prompts: str) -> tuple[a
     return None
 
 
-def _retrieval(ctx: FixContext, function: ast.FunctionDef, loop: StepLoop) -> tuple[ast.Assign, str] | None:
+def _retrieval(ctx: FixContext, function: FunctionNode, loop: StepLoop) -> tuple[ast.Assign, str] | None:
     """The statement after the loop that fetches the captured rows from the workers (the first RPC the scan saw
     there, assigned to a name), and its ``unique_reply_rank``."""
     rpcs = sorted((tp for tp in ctx.scan.touchpoints if tp.kind == Kind.RPC and tp.location.file == loop.location.file
@@ -292,21 +296,22 @@ def _layer_ids(ctx: FixContext) -> str | None:
 class StepLoopFix(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
-        failing = ctx.failing("steps")
+        failing = ctx.failing(steps_probe.PROBE)
         if not failing:
             return plan
-        captures = "capture" in ctx.fixers and bool(ctx.failing("model")) and bool(ctx.scan.model_patches)
+        captures = "capture" in ctx.fixers and bool(ctx.failing(models_probe.PROBE)) and bool(ctx.scan.model_patches)
         for location, pairs in ctx.by_location(failing).items():
             loop = next((lp for lp in ctx.scan.step_loops if str(lp.location) == location), None)
             why = self._why_not(ctx, loop, captures)
             if why:
                 plan.unhandled += [Unhandled(f, why) for _, f in pairs]
                 continue
-            problem = self._plan_loop(ctx, plan, loop)  # type: ignore[arg-type]
+            assert loop is not None  # _why_not says why without one
+            problem = self._plan_loop(ctx, plan, loop)
             if problem:
                 plan.unhandled += [Unhandled(f, problem) for _, f in pairs]
                 continue
-            plan.claims.append(Claim("steps", pairs[0][1].symbol))
+            plan.claims.append(Claim(steps_probe.PROBE.name, pairs[0][1].symbol))
         if plan.edits:
             plan.pieces += [ShimPiece("protocol:execute_model", EXECUTE_MODEL, "a step completed by sample_tokens "
                                       "where the build is two-phase"),
@@ -314,7 +319,7 @@ class StepLoopFix(Fixer):
                                       imports=("import logging", "import weakref")),
                             ShimPiece("steps:by_request", BY_REQUEST, "each request's own rows, by the positions "
                                       "its steps computed")]
-            plan.claims.append(Claim("defaults", "*SchedulerConfig.enable_chunked_prefill"))
+            plan.claims.append(Claim(defaults_probe.PROBE.name, "*SchedulerConfig.enable_chunked_prefill"))
             plan.notes.append("the step loop runs as the engine core runs steps (update_from_output each step, a "
                               "request finished once its whole prompt is computed, stepping while requests remain), "
                               "and each request gets its own rows by the positions its steps computed: right "
@@ -326,7 +331,7 @@ class StepLoopFix(Fixer):
     def _why_not(ctx: FixContext, loop: StepLoop | None, captures: bool) -> str:
         if loop is None:
             return "not a step loop the scan read"
-        if loop.finishes != "scheduled" or not loop.executor or not loop.finish_status:
+        if loop.finishes != Finishes.SCHEDULED or not loop.executor or not loop.finish_status:
             return "the loop does not run `<executor>.execute_model(out)` and finish the step's requests"
         if loop.others:
             return f"the loop also runs {loop.others[0]!r}, which a rewritten loop would drop"
@@ -340,9 +345,9 @@ class StepLoopFix(Fixer):
         file, alias = loop.location.file, ctx.shim.alias
         function = function_of(ctx.root, file, loop.location.line)
         node = _statement(function, loop.location.line) if function else None
-        adding = _adding(function, loop) if function else None  # type: ignore[arg-type]
+        adding = _adding(function, loop) if function else None
         prompts = _prompts(adding) if adding is not None else None
-        fetched = _retrieval(ctx, function, loop) if function else None  # type: ignore[arg-type]
+        fetched = _retrieval(ctx, function, loop) if function else None
         if function is None or node is None or adding is None or prompts is None:
             return "the requests are not added by a `for ... in <prompts>` loop before the step loop"
         if fetched is None:
@@ -355,7 +360,7 @@ class StepLoopFix(Fixer):
         plan.edits.append(InsertBefore(file, adding.lineno, f"the statement that adds requests ({prompts})",
                                        contains=".add_request(",
                                        code=f"{alias}.begin_call({args}, {prompts}, {loop.finish_status})"))
-        cut = _truncation(function, adding.lineno, prompts)  # type: ignore[arg-type]
+        cut = _truncation(function, adding.lineno, prompts)
         if cut is not None:
             stmt, limit = cut
             plan.edits.append(ReplaceStatements(file, stmt.lineno, f"{prompts} = [p[:limit] for p in {prompts}]",
@@ -375,6 +380,6 @@ FIXER = StepLoopFix(
     description="A hand-written step loop that finishes every request a step scheduled: run as the engine core "
                 "runs steps, each request's rows given to it by the positions its steps computed, prompts "
                 "checked and a failed call's leftovers cleared.",
-    handles=("steps",),
+    handles=(steps_probe.PROBE,),
     order=65,
 )

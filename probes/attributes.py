@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import replace
 
-from compat.consumer.model import Kind, TouchPoint
+from compat.consumer.model import Kind, RefKind, TouchPoint
 from compat.facts.abstract import ABSTRACT_METHODS
 from compat.facts.abstract import FACT as ABSTRACT
 from compat.findings import Evidence, Finding, Status
@@ -26,7 +26,7 @@ def _served(ctx: ProbeContext, tp: TouchPoint, owner: Found, name: str) -> str |
     if owner.wraps is None or isinstance(ctx.surface.member(replace(owner, wraps=None), name), Found):
         return None
     assert tp.receiver is not None
-    held = tp.receiver.name if tp.receiver.kind == "attribute" and tp.receiver.name else "object"
+    held = tp.receiver.name if tp.receiver.kind == RefKind.ATTRIBUTE and tp.receiver.name else "object"
     return (f"served through {owner.path.rpartition('.')[2]}.__getattr__ by the wrapped {held} "
             f"({owner.wraps.path})")
 
@@ -77,7 +77,7 @@ class AttributeProbe(Probe):
         if tp.narrowed:
             return self.finding(tp, Status.OK, f"{label} is not in this build, and the consumer checks for it before "
                                 f"the use ({tp.narrowed})", ctx.where(owner), evidence, symbol=label)
-        if not tp.store and tp.receiver.kind not in ("symbol", "self") and owner.kind == "class":
+        if not tp.store and tp.receiver.kind not in (RefKind.SYMBOL, RefKind.SELF) and owner.kind == "class":
             stand_in = ctx.stand_in_defining(owner.path, name)
             if stand_in is not None:
                 return self.finding(tp, Status.UNKNOWN, f"{label} is not in this build, but the object may at run "
@@ -93,7 +93,7 @@ class AttributeProbe(Probe):
                                     f"{below} defines '{name}', and which of them the object is decides",
                                     ctx.where(owner), replace(evidence, extra=(("missing", member.reason),)),
                                     symbol=label)
-        elif not tp.store and tp.receiver.kind != "symbol" and owner.kind == "class":
+        elif not tp.store and tp.receiver.kind != RefKind.SYMBOL and owner.kind == "class":
             interface = ctx.fact(ABSTRACT, owner.path)
             if interface.interface:
                 return self.finding(tp, Status.UNKNOWN, f"{label} is not declared by the interface the object is "

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from compat.consumer.model import Kind, Ref, TouchPoint
+from compat.consumer.model import Kind, Ref, RefKind, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import ConsumerDefined, Probe, ProbeContext
-from compat.signature import BindProblem, Signature, diff
+from compat.signature import BindCode, BindProblem, Signature, diff
 from compat.vllm.surface import Found, Missing, Surface, Unresolved
 
 
 def _fix(problem: BindProblem, sig: Signature) -> str:
-    if problem.code == "unexpected-keyword":
+    if problem.code == BindCode.UNEXPECTED_KEYWORD:
         return f"drop `{problem.parameter}=` from the call (the callable no longer takes it)"
-    if problem.code == "missing-required":
+    if problem.code == BindCode.MISSING_REQUIRED:
         param = sig.get(problem.parameter or "")
         note = f" ({param.annotation})" if param and param.annotation else ""
         return f"pass `{problem.parameter}=`{note}, which this vLLM requires"
-    if problem.code == "too-many-positional":
+    if problem.code == BindCode.TOO_MANY_POSITIONAL:
         return "pass the arguments by keyword"
-    if problem.code == "positional-only-by-keyword":
+    if problem.code == BindCode.POSITIONAL_ONLY_BY_KEYWORD:
         return f"pass `{problem.parameter}` positionally"
     return "pass each argument once"
 
@@ -30,7 +30,7 @@ def _through_class(ctx: ProbeContext, tp: TouchPoint, callee: Found, surface: Su
         return False
     if tp.kind == Kind.CALL:
         owner = tp.symbol.rpartition(".")[0]
-    elif tp.receiver is not None and tp.receiver.kind == "symbol":
+    elif tp.receiver is not None and tp.receiver.kind == RefKind.SYMBOL:
         owner = tp.receiver.symbol or ""
     else:
         return False
@@ -41,7 +41,7 @@ def _through_class(ctx: ProbeContext, tp: TouchPoint, callee: Found, surface: Su
 def _stand_in(ctx: ProbeContext, tp: TouchPoint, name: str) -> str | None:
     """A consumer class the receiver may be at run time (a subclass or replacement of its declared vLLM class)
     whose own method takes the call, described; None when there is none."""
-    if tp.kind != Kind.ATTRIBUTE or tp.receiver is None or tp.receiver.kind == "self" or tp.call is None:
+    if tp.kind != Kind.ATTRIBUTE or tp.receiver is None or tp.receiver.kind == RefKind.SELF or tp.call is None:
         return None
     owner = ctx.class_of(tp.receiver)
     if not isinstance(owner, Found) or owner.kind != "class":
@@ -63,7 +63,7 @@ class CallProbe(Probe):
         if tp.kind == Kind.CALL:
             return ctx.lookup(tp.symbol, surface)
         assert tp.receiver is not None and tp.attribute is not None
-        return ctx.callee(Ref("attribute", base=tp.receiver, name=tp.attribute), surface)
+        return ctx.callee(Ref(RefKind.ATTRIBUTE, base=tp.receiver, name=tp.attribute), surface)
 
     def _signature(self, ctx: ProbeContext, tp: TouchPoint, surface: Surface | None):
         if surface is None:

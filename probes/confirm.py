@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from enum import Enum
 from typing import Any
 
 from compat.facts import hashing, models, observed, protocol, replies, startup
-from compat.findings import Confirmation, Evidence, Finding, Status
+from compat.findings import Confirmation, Evidence, Finding, FindingKind, Status
 from compat.probe import Probe, ProbeContext
 
 EXECUTOR = "vllm.v1.executor.multiproc_executor.MultiprocExecutor"
@@ -51,7 +52,8 @@ class ConfirmProbe(Probe):
                 yield self._failed(f"model {arch}", check.run, ("model",))
                 continue
             yield from self._model(ctx.fact(models.FACT, arch), arch, check.model)
-        listed = {s.name for s in ctx.fact(startup.FACT).steps if s.kind in ("executor", "function")}
+        listed = {s.name for s in ctx.fact(startup.FACT).steps
+                  if s.kind in (startup.StepKind.EXECUTOR, startup.StepKind.FUNCTION)}
         taken = list(engine.startup_calls)
         missed = sorted({name for name in taken if name not in listed} - {"shutdown"})
         yield self._compare("startup", "start-up steps the engine took that the static reading does not list",
@@ -94,6 +96,7 @@ class ConfirmProbe(Probe):
 
     def _compare(self, concern: str, label: str, static: Any, runtime: Any, where: str | None = None,
                  extra: tuple[tuple[str, str], ...] = ()) -> Finding:
+        static = static.value if isinstance(static, Enum) else static  # shown as the runtime's plain value
         agree = static == runtime
         confirmation = Confirmation((CONFIRMED[concern],), agree, f"{label}: static {static!r}, runtime {runtime!r}")
         evidence = Evidence(written_for=None, audited=f"static: {static!r}; runtime: {runtime!r}",
@@ -101,11 +104,11 @@ class ConfirmProbe(Probe):
         if agree:
             return Finding(self.name, Status.OK, f"{CONFIRMED[concern]}:{label}", None, where,
                            f"the engine confirms the static verdict: {label} = {runtime!r}", evidence,
-                           kind="runtime", touchpoint=f"confirm:{label}", confirmation=confirmation)
+                           kind=FindingKind.RUNTIME, touchpoint=f"confirm:{label}", confirmation=confirmation)
         return Finding(self.name, Status.ERROR, f"{CONFIRMED[concern]}:{label}", None, where,
                        f"the static reading and the engine disagree on {label}: static {static!r}, runtime "
                        f"{runtime!r}", evidence, fix="trust the runtime verdict; report the disagreement",
-                       kind="runtime", touchpoint=f"confirm:{label}", confirmation=confirmation)
+                       kind=FindingKind.RUNTIME, touchpoint=f"confirm:{label}", confirmation=confirmation)
 
     def _failed(self, what: str, run: observed.Run, probes: tuple[str, ...]) -> Finding:
         """A check that raised is an error; one that died by a signal or timed out, or whose model the engine
@@ -115,7 +118,7 @@ class ConfirmProbe(Probe):
         if run.unconfirmed:
             return Finding(self.name, Status.UNKNOWN, what, None, None, f"could not confirm {what} on a real engine: "
                            f"{run.unconfirmed}", Evidence(traceback=run.log, extra=extra),
-                           fix="see the log tail; the static verdicts stand unconfirmed", kind="runtime",
+                           fix="see the log tail; the static verdicts stand unconfirmed", kind=FindingKind.RUNTIME,
                            touchpoint=f"confirm:{what}",
                            confirmation=Confirmation(probes, None, f"could not confirm: {run.unconfirmed}"))
         if run.unsupported:
@@ -123,11 +126,11 @@ class ConfirmProbe(Probe):
             return Finding(self.name, Status.UNKNOWN, what, None, None, f"could not confirm {what} on a real engine: "
                            f"{reason}", Evidence(traceback=run.traceback or run.log, extra=extra),
                            fix="confirm it on a build or platform that runs the model; the static verdicts stand "
-                               "unconfirmed", kind="runtime", touchpoint=f"confirm:{what}",
+                               "unconfirmed", kind=FindingKind.RUNTIME, touchpoint=f"confirm:{what}",
                            confirmation=Confirmation(probes, None, f"could not confirm: {reason}"))
         return Finding(self.name, Status.ERROR, what, None, None, f"runtime confirmation of {what} failed: "
                        f"{run.error}", Evidence(traceback=run.traceback or run.log, extra=extra),
-                       kind="runtime", touchpoint=f"confirm:{what}")
+                       kind=FindingKind.RUNTIME, touchpoint=f"confirm:{what}")
 
 
 def _list(path: tuple[str, ...] | None) -> list[str] | None:

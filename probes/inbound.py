@@ -16,16 +16,17 @@ Only what changed since the build written for is judged; the consumer's code wor
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import StrEnum
 
 from compat.probes.rpc import RPC_WRAPPERS
 
-from compat.consumer.model import ClassPatch, Kind
+from compat.consumer.model import ClassPatch, PatchKind
 from compat.facts.abstract import FACT as INTERFACE
 from compat.facts.abstract import HOOKS
 from compat.facts.callers import FACT as CALLERS
 from compat.facts.callers import SENT_RPCS, CallSite
 from compat.facts.lineage import FACT as LINEAGE
-from compat.findings import Evidence, Finding, Place, Status
+from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, Signature
 from compat.vllm.surface import Found, Missing, Surface
@@ -48,7 +49,7 @@ class InboundProbe(Probe):
             return []
         findings: list[Finding] = []
         for patch in ctx.scan.class_patches:
-            if patch.kind != "subclass":
+            if patch.kind != PatchKind.SUBCLASS:
                 continue
             base = ctx.lookup(patch.target)
             then = ctx.lookup(patch.target, ctx.written_for)
@@ -68,6 +69,7 @@ class InboundProbe(Probe):
         return findings
 
     def _hooks(self, ctx: ProbeContext, patch: ClassPatch, base: Found, then: Found) -> list[Finding]:
+        assert ctx.written_for is not None  # run() judges nothing without it
         now_hooks = set(ctx.fact(HOOKS, base.path).methods)
         then_hooks = set(ctx.fact(HOOKS, then.path, surface=ctx.written_for).methods)
         found = []
@@ -78,7 +80,7 @@ class InboundProbe(Probe):
             own = {f"{a}.{name}" for a in ctx.fact(LINEAGE, base.path).ancestors}  # the hook's own definitions
             judged = [(s, reaches(ctx, s, base.path, patch.names, worker)) for s in ctx.fact(CALLERS, name).sites
                       if s.function not in own]
-            general = [s for s, how in judged if how == "certain" and not _device_specific(s.at) and not s.guarded]
+            general = [s for s, how in judged if how == Reach.CERTAIN and not _device_specific(s.at) and not s.guarded]
             sites = general or [s for s, how in judged if how]
             if not sites:
                 continue  # left to subclasses, but vLLM does not call it on the consumer's objects
@@ -95,7 +97,7 @@ class InboundProbe(Probe):
                        f"subclasses (it raises NotImplementedError or is abstract); {patch.patcher} does not define "
                        f"it, so the call fails (in the build written for it {was})")
             if not certain:
-                reached = any(how == "certain" for _, how in judged)
+                reached = any(how == Reach.CERTAIN for _, how in judged)
                 why = ("on a path that runs only where a feature, platform, backend or kernel is selected" if reached
                        else f"on an object that may be a {patch.patcher} (its class there is not known)")
                 message = (f"vLLM now calls {name} at {sites[0].at} ({sites[0].code}) {why}; {patch.patcher} does "
@@ -107,7 +109,7 @@ class InboundProbe(Probe):
                 Evidence(written_for=f"{name}: {was}", audited=f"{name} left to subclasses, called at "
                          + ", ".join(s.at for s in sites[:4]), written_for_build=ctx.written_for.build.version),
                 fix=f"define {name} in {patch.patcher} (see what vLLM's own subclasses of {base.path} do)",
-                kind=Kind.PATCH.value, place=Place.at(patch.location), touchpoint=f"{patch.target}:{name}"))
+                kind=FindingKind.PATCH, place=Place.at(patch.location), touchpoint=f"{patch.target}:{name}"))
         return found
 
     def _unknown_rpcs(self, ctx: ProbeContext, patch: ClassPatch, base: Found) -> list[Finding]:
@@ -127,7 +129,7 @@ class InboundProbe(Probe):
                 continue
             sites = [s for s in ctx.fact(CALLERS, name).sites if s.rpc]
             engine = [s for s in sites if s.at.startswith(_ENGINE)]
-            where = (engine or sites or [None])[0]
+            where = (engine or sites)[0] if engine or sites else None
             found.append(Finding(
                 self.name, Status.BROKEN if engine else Status.UNKNOWN, f"{patch.patcher}.{name}",
                 str(patch.location), where.at if where else None,
@@ -139,7 +141,7 @@ class InboundProbe(Probe):
                 "whether a run reaches it depends on what the user calls"),
                 Evidence(written_for=f"{name} not sent", audited="sent at " + ", ".join(s.at for s in sites[:4]),
                          written_for_build=ctx.written_for.build.version),
-                fix=f"define {name} in {patch.patcher} (see vLLM's own worker's {name})", kind=Kind.PATCH.value,
+                fix=f"define {name} in {patch.patcher} (see vLLM's own worker's {name})", kind=FindingKind.PATCH,
                 place=Place.at(patch.location),
                 touchpoint=f"{patch.target}:{name}"))
         return found
@@ -163,7 +165,7 @@ class InboundProbe(Probe):
                                                                   or "none"),
                              audited=f"{site.at}: {_shape(site).render()}",
                              written_for_build=ctx.written_for.build.version if ctx.written_for else None),
-                    fix=f"give {patch.patcher}.{name} the parameters vLLM passes", kind=Kind.PATCH.value,
+                    fix=f"give {patch.patcher}.{name} the parameters vLLM passes", kind=FindingKind.PATCH,
                     place=Place.at(patch.location),
                     touchpoint=f"{patch.target}:{name}")]
         return []
@@ -194,7 +196,7 @@ class InboundProbe(Probe):
             Evidence(written_for=f"vLLM read {sorted(then_reads) or 'nothing'} on it",
                      audited=f"vLLM reads {sorted({a for a, _ in now_reads})} on it",
                      written_for_build=ctx.written_for.build.version if ctx.written_for else None),
-            fix=f"return what vLLM's own {base.path}.{name} returns in this build", kind=Kind.PATCH.value,
+            fix=f"return what vLLM's own {base.path}.{name} returns in this build", kind=FindingKind.PATCH,
             place=Place.at(patch.location),
             touchpoint=f"{patch.target}:{name}")]
 
@@ -202,28 +204,38 @@ class InboundProbe(Probe):
 _PLATFORM = "vllm.platforms.interface.Platform"
 
 
+class Reach(StrEnum):
+    """Whether a call in the build reaches the consumer's class (``reaches``)."""
+
+    CERTAIN = "certain"
+    """It does: the object called is one of the consumer's class."""
+    MAYBE = "maybe"
+    """It may: other classes' objects may be there too."""
+    NO = ""
+    """It does not: the receiver is declared as an unrelated class."""
+
+
 def reaches(ctx: ProbeContext, site: CallSite, base: str, names: frozenset[str] | set[str] | tuple[str, ...],
-            worker: bool, surface: Surface | None = None) -> str:
+            worker: bool, surface: Surface | None = None) -> Reach:
     """Whether the build's call ``site`` calls the consumer's class (a subclass of ``base`` defining ``names``):
-    ``certain`` (an RPC to a worker, ``current_platform`` for a platform, a method of ``base``'s own lineage
+    certainly for an RPC to a worker, ``current_platform`` for a platform, a method of ``base``'s own lineage
     calling it on ``self`` where the consumer does not override that method, a receiver declared as ``base``
-    itself), ``maybe`` (the receiver's class is not declared, or is declared as one of ``base``'s ancestors, so
-    other classes' objects may be there), or "" (the receiver is declared as an unrelated class)."""
+    itself; maybe where the receiver's class is not declared, or is declared as one of ``base``'s ancestors."""
     if site.rpc:
-        return "certain" if worker else ""
+        return Reach.CERTAIN if worker else Reach.NO
     if not site.receiver:
-        return "maybe"
+        return Reach.MAYBE
     ancestors = ctx.fact(LINEAGE, base, surface=surface).ancestors
     if site.receiver == _PLATFORM and _PLATFORM in ancestors:
-        return "certain"
+        return Reach.CERTAIN
     owner, _, method = site.function.rpartition(".")
     if site.receiver == owner and owner in ancestors:
-        return "" if method in names else "certain"
+        return Reach.NO if method in names else Reach.CERTAIN
     if site.receiver == base:
         # Declared as the very class the consumer extends: its object is one of them, unless that class is an
         # interface every implementation of which may be there.
-        return "maybe" if ctx.fact(INTERFACE, base, surface=surface).interface else "certain"
-    return "maybe" if site.receiver in ancestors else ""
+        return Reach.MAYBE if ctx.fact(INTERFACE, base, surface=surface).interface else Reach.CERTAIN
+    return Reach.MAYBE if site.receiver in ancestors else Reach.NO
 
 
 _DEVICE_SPECIFIC = ("vllm/v1/attention/backends/", "vllm/attention/backends/", "vllm/platforms/", "triton", "cuda",
@@ -244,7 +256,7 @@ def _reads(ctx: ProbeContext, name: str, base: str, names: frozenset[str], worke
     """Attributes vLLM's calls of ``name`` that certainly reach the consumer's class read on its result."""
     found = []
     for site in ctx.fact(CALLERS, name, surface=surface).sites:
-        if reaches(ctx, site, base, names, worker, surface) == "certain":
+        if reaches(ctx, site, base, names, worker, surface) == Reach.CERTAIN:
             found += [(attr, site) for attr in site.reads]
     return found
 

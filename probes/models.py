@@ -5,9 +5,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from compat.consumer.model import Kind, ModelPatch, Ref
+from compat.consumer.model import Kind, ModelPatch, Ref, RefKind
 from compat.facts import models
-from compat.findings import Evidence, Finding, Place, Status
+from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.location import Location
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, Parameter, ParamKind, Signature
@@ -18,10 +18,10 @@ MODEL_ROOT = ("model_runner", "model")
 def consumer_path(ref: Ref | None) -> list[str] | None:
     """Attribute names from vLLM's top-level model to the object the consumer patches."""
     names: list[str] = []
-    while ref is not None and ref.kind == "attribute":
+    while ref is not None and ref.kind == RefKind.ATTRIBUTE:
         names.insert(0, ref.name or "?")
         ref = ref.base
-    if ref is None or ref.kind != "worker" or tuple(names[: len(MODEL_ROOT)]) != MODEL_ROOT:
+    if ref is None or ref.kind != RefKind.WORKER or tuple(names[: len(MODEL_ROOT)]) != MODEL_ROOT:
         return None
     return names[len(MODEL_ROOT):]
 
@@ -46,7 +46,7 @@ class ModelConventionProbe(Probe):
                  fix: str | None = None) -> Finding:
         at = at or patch.location
         return Finding(self.name, status, f"{arch}:{aspect}", str(at), where, message,
-                       evidence or Evidence(), fix, kind="model", code=patch.code,
+                       evidence or Evidence(), fix, kind=FindingKind.MODEL, code=patch.code,
                        touchpoint=f"{patch.function}@{arch}:{aspect}", place=Place.at(at))
 
     def judge(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:
@@ -117,16 +117,18 @@ class ModelConventionProbe(Probe):
         sig = layer.signature
         evidence = Evidence(written_for=None, audited=f"{layer.cls}.forward{layer.forward}; the build calls "
                                                       f"{build_call.code} ({build_call.at})")
-        problems = sig.bind(call.call or CallShape(), "the decoder layer")
+        shape = call.call or CallShape()
+        problems = sig.bind(shape, "the decoder layer")
         if problems:
             yield self._finding(patch, arch, "layer-call", Status.BROKEN, "; ".join(p.message for p in problems),
                                 layer.at, call.location, evidence)
             return
-        positional_names = [p.name for p in params if p.kind in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")]
+        positional_names = [p.name for p in params
+                            if p.kind in (ParamKind.POSITIONAL_ONLY, ParamKind.POSITIONAL_OR_KEYWORD)]
         passed_by_build = set(positional_names[: len(build_call.positional)]) | set(build_call.keywords)
-        passed_by_consumer = set(positional_names[: call.call.positional]) | set(call.call.keywords)
+        passed_by_consumer = set(positional_names[: shape.positional]) | set(shape.keywords)
         dropped = sorted(passed_by_build - passed_by_consumer)
-        drops_kwargs = bool(build_call.star_kwargs) and not call.call.star_kwargs
+        drops_kwargs = bool(build_call.star_kwargs) and not shape.star_kwargs
         if dropped or drops_kwargs:
             what = ", ".join(dropped + [f"**{k}" for k in build_call.star_kwargs] if drops_kwargs else dropped)
             yield self._finding(

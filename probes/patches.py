@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from compat.consumer.model import Kind, TouchPoint
+from compat.consumer.model import Kind, PatchKind, TouchPoint
 from compat.facts.abstract import ABSTRACT_METHODS
 from compat.facts.callers import FACT as CALLERS
 from compat.facts.callers import CallSite
 from compat.facts.lineage import FACT as LINEAGE
-from compat.findings import Evidence, Finding, Place, Status
+from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, ParamKind, Signature
 from compat.vllm.surface import Found, Missing, Surface
@@ -185,7 +185,7 @@ class PatchProbe(Probe):
             # what it did is no longer done, which may matter or not (changed), unless the class's other code reads
             # state only the override wrote (broken). A patch or a replacement assigned over a name that is gone is
             # the consumer's code missing its target (broken).
-            stale = _stale_state(ctx, replacement.patcher, owner) if replacement.how == "subclass" else None
+            stale = _stale_state(ctx, replacement.patcher, owner) if replacement.how == PatchKind.SUBCLASS else None
             if stale is not None:
                 attr, reader = stale
                 return self.finding(
@@ -197,7 +197,7 @@ class PatchProbe(Probe):
                                       extra=(("writes", f"self.{attr}"), ("read by", reader))),
                     fix=f"find what replaced {target} in this build and write self.{attr} from there",
                     symbol=target)
-            renamed = _renamed(ctx, replacement.patcher, owner, tp.attribute) if replacement.how == "subclass" \
+            renamed = _renamed(ctx, replacement.patcher, owner, tp.attribute) if replacement.how == PatchKind.SUBCLASS \
                 else None
             if renamed is not None:
                 return self.finding(
@@ -209,7 +209,7 @@ class PatchProbe(Probe):
                                       written_for_build=ctx.written_for.build.version if ctx.written_for else None,
                                       extra=(("renamed to", f"{owner.path}.{renamed}"),)),
                     fix=f"override {owner.path}.{renamed} with what {replacement.patcher} does", symbol=target)
-            status = Status.CHANGED if replacement.how == "subclass" else Status.BROKEN
+            status = Status.CHANGED if replacement.how == PatchKind.SUBCLASS else Status.BROKEN
             return self.finding(
                 tp, status, f"{target}, which {how} {replacement.patcher} replaces, is gone from this build: "
                 f"vLLM no longer calls it, so the consumer's code there runs only where the consumer calls it itself "
@@ -285,7 +285,7 @@ class PatchProbe(Probe):
             return []
         findings = []
         for patch in ctx.scan.class_patches:
-            if patch.kind != "subclass":
+            if patch.kind != PatchKind.SUBCLASS:
                 continue
             base = ctx.lookup(patch.target)
             then_base = ctx.lookup(patch.target, ctx.written_for)
@@ -304,7 +304,7 @@ class PatchProbe(Probe):
                     Evidence(written_for=f"abstract methods left to subclasses: {sorted(then) or 'none'}",
                              audited=f"abstract methods left to subclasses: {sorted(now)}",
                              written_for_build=ctx.written_for.build.version),
-                    fix=f"define {listed} in {patch.patcher}", kind=Kind.PATCH.value, place=Place.at(patch.location),
+                    fix=f"define {listed} in {patch.patcher}", kind=FindingKind.PATCH, place=Place.at(patch.location),
                     touchpoint=f"{patch.target}:abstract"))
         return findings
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compat.consumer.model import Kind, TouchPoint
+from compat.consumer.model import Kind, RefKind, TouchPoint
 from compat.facts import protocol
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
@@ -12,9 +12,10 @@ from compat.vllm.surface import Found
 class ProtocolProbe(Probe):
     def applies(self, tp: TouchPoint) -> bool:
         return tp.kind == Kind.ATTRIBUTE and tp.attribute == "execute_model" and tp.call is not None \
-            and tp.receiver is not None and tp.receiver.kind != "worker"
+            and tp.receiver is not None and tp.receiver.kind != RefKind.WORKER
 
     def check(self, ctx: ProbeContext, tp: TouchPoint) -> Finding | None:
+        assert tp.receiver is not None  # applies() asks for one
         owner = ctx.class_of(tp.receiver)
         member = ctx.surface.member(owner, "execute_model") if isinstance(owner, Found) else owner
         if not isinstance(owner, Found) or not isinstance(member, Found):
@@ -24,8 +25,8 @@ class ProtocolProbe(Probe):
         if facts.error:
             return self.finding(tp, Status.UNKNOWN, f"cannot tell the execution protocol: {facts.error}")
         samples = [t for t in ctx.scan.touchpoints if t.kind == Kind.ATTRIBUTE and t.attribute == "sample_tokens"
-                   and t.receiver is not None and isinstance(ctx.class_of(t.receiver), Found)
-                   and ctx.class_of(t.receiver).path == executor]
+                   and t.receiver is not None and isinstance(held := ctx.class_of(t.receiver), Found)
+                   and held.path == executor]
         extra = (("error_text", facts.error_text), ("error_at", facts.error_at),
                  ("executor_sample_tokens", facts.executor_sample_tokens))
         evidence = Evidence(audited=f"{facts.model_runner}.execute_model returns None at {facts.returns_none_at}"

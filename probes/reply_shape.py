@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from compat.consumer.model import Kind, TouchPoint
+from compat.consumer.model import Kind, RefKind, ReplyUseKind, TouchPoint
 from compat.facts import replies
+from compat.facts.replies import ReplyShape
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.vllm.surface import Found
@@ -11,7 +12,7 @@ from compat.vllm.surface import Found
 
 class ReplyShapeProbe(Probe):
     def check(self, ctx: ProbeContext, tp: TouchPoint) -> Finding | None:
-        if tp.receiver is None or tp.receiver.kind == "worker":
+        if tp.receiver is None or tp.receiver.kind == RefKind.WORKER:
             return None
         owner = ctx.class_of(tp.receiver)
         rpc = ctx.surface.member(owner, "collective_rpc") if isinstance(owner, Found) else owner
@@ -26,7 +27,8 @@ class ReplyShapeProbe(Probe):
         shape = facts.with_rank if with_rank else facts.without_rank
         how = f"collective_rpc(..., {replies.RANK}=...)" if with_rank else "collective_rpc(...)"
         where = facts.evidence if with_rank else facts.location
-        described = {"single": "the chosen rank's value itself", "list": "a list with one entry per worker"}
+        described: dict[ReplyShape | None, str] = {ReplyShape.SINGLE: "the chosen rank's value itself",
+                                                   ReplyShape.LIST: "a list with one entry per worker"}
         evidence = Evidence(audited=f"{how} returns {described.get(shape, shape)} ({facts.evidence})",
                             extra=(("reply_code", facts.text),) if facts.text else ())
         if ctx.written_for is not None:
@@ -46,14 +48,16 @@ class ReplyShapeProbe(Probe):
                                 symbol=f"{executor}.collective_rpc")
         problems = []
         for use in uses:
-            if shape == "single" and use.kind in ("index", "unpack", "iterate", "len"):
+            if shape == ReplyShape.SINGLE and use.kind in (ReplyUseKind.INDEX, ReplyUseKind.UNPACK,
+                                                           ReplyUseKind.ITERATE, ReplyUseKind.LEN):
                 problems.append(f"`{use.code}` ({use.location}) applies {use.kind} {use.detail} to it, which takes "
                                 "apart the value itself (for a list of per-layer tensors, [0] is the first layer) "
                                 "without raising")
-            elif shape == "list" and use.kind == "index" and use.detail not in ("[0]", "[-1]") and with_rank:
+            elif (shape == ReplyShape.LIST and use.kind == ReplyUseKind.INDEX and use.detail not in ("[0]", "[-1]")
+                  and with_rank):
                 problems.append(f"`{use.code}` ({use.location}) indexes {use.detail} into a one-entry list")
         if problems:
-            fix = f"use the reply of {how} directly, without {uses[0].detail}" if shape == "single" else \
+            fix = f"use the reply of {how} directly, without {uses[0].detail}" if shape == ReplyShape.SINGLE else \
                 "index the reply with [0]"
             return self.finding(tp, Status.BROKEN, f"{how} returns {described[shape]} in this build; "
                                 + "; ".join(problems), where, evidence, fix=fix,

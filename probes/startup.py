@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 
 from compat.consumer.model import Kind, TouchPoint
 from compat.facts import hashing, startup
-from compat.findings import Evidence, Finding, Place, Status
+from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
 from compat.vllm.surface import Found
 
@@ -85,9 +86,10 @@ class StartupProbe(Probe):
         facts = ctx.fact(startup.FACT)
         if facts.error:
             yield Finding(self.name, Status.UNKNOWN, startup.ENGINE_CORE, str(anchor.location), None,
-                          f"cannot read the engine core's start-up: {facts.error}", kind="startup", place=place)
+                          f"cannot read the engine core's start-up: {facts.error}", kind=FindingKind.STARTUP,
+                          place=place)
             return
-        before = None
+        before, then = None, ctx.written_for.build.version if ctx.written_for is not None else None
         if ctx.written_for is not None:
             before = {_norm(s.name) for s in ctx.fact(startup.FACT, surface=ctx.written_for).steps}
         done = set()
@@ -101,12 +103,12 @@ class StartupProbe(Probe):
         for step in facts.steps:
             label = f"{step.kind} {step.name}"
             symbol = step.path or f"{startup.ENGINE_CORE}:{step.name}"
-            common = dict(check=self.name, symbol=symbol, consumer_location=str(anchor.location),
-                          vllm_location=step.at, kind="startup", code=anchor.code,
-                          touchpoint=f"startup:{step.name}", place=place)
+            finding = partial(Finding, check=self.name, symbol=symbol, consumer_location=str(anchor.location),
+                              vllm_location=step.at, kind=FindingKind.STARTUP, code=anchor.code,
+                              touchpoint=f"startup:{step.name}", place=place)
             if _norm(step.name) in done:
-                yield Finding(status=Status.OK, message=f"the engine core's start-up step {label} is done by the "
-                              "consumer too", **common)
+                yield finding(status=Status.OK, message=f"the engine core's start-up step {label} is done by the "
+                              "consumer too")
                 continue
             new = before is not None and _norm(step.name) not in before
             unneeded = startup.NOT_NEEDED.get(step.name)
@@ -114,25 +116,25 @@ class StartupProbe(Probe):
             if (new or before is None) and unneeded is not None and state is not False:
                 said = (unneeded.text() if state is None or unneeded.assumes is None
                         else f"{unneeded.reason} ({unneeded.assumes}: {why})")
-                yield Finding(status=Status.OK, message=f"the consumer's hand-built pipeline skips the start-up step "
-                              f"{label} ({step.at}), which its correctness does not depend on: {said}", **common)
+                yield finding(status=Status.OK, message=f"the consumer's hand-built pipeline skips the start-up step "
+                              f"{label} ({step.at}), which its correctness does not depend on: {said}")
             elif new:
                 unmet = (f"; it could be skipped if {unneeded.assumes} ({unneeded.reason}), but {why}"
                          if unneeded is not None else "")
-                yield Finding(status=Status.CHANGED, message=f"the engine core now performs {label} at start-up "
-                              f"({step.at}), new since vLLM {ctx.written_for.build.version}; the consumer's "
+                yield finding(status=Status.CHANGED, message=f"the engine core now performs {label} at start-up "
+                              f"({step.at}), new since vLLM {then}; the consumer's "
                               f"hand-built pipeline does not{unmet}",
                               evidence=Evidence(written_for="not a start-up step",
                                                 audited=f"{label} ({step.at})",
-                                                written_for_build=ctx.written_for.build.version),
+                                                written_for_build=then),
                               fix=f"repeat what {startup.ENGINE_CORE} does at {step.at} after creating the "
-                                  "executor", **common)
+                                  "executor")
             elif before is not None:
-                yield Finding(status=Status.OK, message=f"the consumer skips the start-up step {label}, as it did "
-                              f"with vLLM {ctx.written_for.build.version}", **common)
+                yield finding(status=Status.OK, message=f"the consumer skips the start-up step {label}, as it did "
+                              f"with vLLM {then}")
             else:
-                yield Finding(status=Status.UNKNOWN, message=f"the engine core performs {label} at start-up "
-                              f"({step.at}); the consumer's pipeline does not", **common)
+                yield finding(status=Status.UNKNOWN, message=f"the engine core performs {label} at start-up "
+                              f"({step.at}); the consumer's pipeline does not")
 
 PROBE = StartupProbe(
     name="startup",

@@ -9,9 +9,11 @@ until its last step's output was handed back, a loop that never hands outputs ba
 
 from __future__ import annotations
 
-from compat.consumer.model import Kind, StepLoop
+from functools import partial
+
+from compat.consumer.model import Finishes, Kind, StepLoop
 from compat.facts import scheduling
-from compat.findings import Evidence, Finding, Place, Status
+from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
 from compat.vllm.surface import Found
 
@@ -72,19 +74,19 @@ class StepsProbe(Probe):
                                 extra=evidence.extra)
         where = f"the loop at {loop.location}"
         faults, at = [], None
-        if loop.finishes == "scheduled" and splits:
+        if loop.finishes == Finishes.SCHEDULED and splits:
             faults.append(f"{where} finishes every request a step scheduled ({loop.finish}), and this build splits a "
                           f"prompt at the step's token budget ({why}): a prompt the budget cuts is finished after its "
                           "first part, its later rows are never computed, and the rows after it go to other prompts")
             at = facts.chunked_prefill_at
-        elif loop.finishes == "scheduled" and facts.skips_ahead_at:
+        elif loop.finishes == Finishes.SCHEDULED and facts.skips_ahead_at:
             faults.append(f"{where} takes each step's rows in the order the prompts were added, and without chunked "
                           f"prefill this build leaves a prompt that does not fit what is left of a step's budget for "
                           f"a later step and runs the prompts after it first ({facts.skips_ahead_at}: "
                           f"{facts.skips_ahead_text}): when a call's prompts hold more tokens than one step takes, "
                           "rows come back in another order than the prompts")
             at = facts.skips_ahead_at
-        if not loop.updates and facts.holds_preempted_at and (splits or loop.finishes != "scheduled"):
+        if not loop.updates and facts.holds_preempted_at and (splits or loop.finishes != Finishes.SCHEDULED):
             faults.append(f"{where} never hands a step's output back to the scheduler (update_from_output), and this "
                           f"build keeps a preempted request waiting until it is ({facts.holds_preempted_at}: "
                           f"{facts.holds_preempted_text})" + (
@@ -92,18 +94,18 @@ class StepsProbe(Probe):
                               "(a full KV cache) it ends with requests unfinished" if loop.stops_when_idle else ""))
             at = at or facts.holds_preempted_at
         symbol = f"{owner.path}.schedule"
-        common = dict(check=self.name, symbol=symbol, consumer_location=str(loop.location), evidence=evidence,
-                      kind=Kind.ATTRIBUTE.value, code=f"while ...{loop.scheduler}.schedule()...", touchpoint=symbol,
-                      place=Place.at(loop.location))
+        finding = partial(Finding, check=self.name, symbol=symbol, consumer_location=str(loop.location),
+                          evidence=evidence, kind=FindingKind.ATTRIBUTE,
+                          code=f"while ...{loop.scheduler}.schedule()...", touchpoint=symbol,
+                          place=Place.at(loop.location))
         if not faults:
-            return Finding(status=Status.OK, vllm_location=facts.scheduler,
+            return finding(status=Status.OK, vllm_location=facts.scheduler,
                            message=f"{where}: each step of this build computes whole prompts in the order they were "
-                                   f"added ({why}; the scheduler stops at a prompt that does not fit a step)",
-                           **common)
-        return Finding(status=Status.BROKEN, vllm_location=at or facts.scheduler, message="; ".join(faults),
+                                   f"added ({why}; the scheduler stops at a prompt that does not fit a step)")
+        return finding(status=Status.BROKEN, vllm_location=at or facts.scheduler, message="; ".join(faults),
                        fix="finish a request only once its whole prompt is computed, hand each step's output back "
                            "(update_from_output), keep stepping while requests remain, and give each request its "
-                           "own rows by the positions the step computed", **common)
+                           "own rows by the positions the step computed")
 
 
 PROBE = StepsProbe(

@@ -13,7 +13,18 @@ import ast
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from compat.consumer.guards import All, Any_, Const, GuardExpr, HasAttr, Not, Opaque, Unevaluated, VersionCmp
+from compat.consumer.guards import (
+    All,
+    Any_,
+    Const,
+    GuardExpr,
+    HasAttr,
+    Not,
+    Opaque,
+    Unevaluated,
+    VersionCmp,
+    VersionForm,
+)
 from compat.consumer.values import Lit, Local, Sym, Value, VersionValue
 from compat.consumer.version_helpers import (
     Distributions,
@@ -54,14 +65,14 @@ class ConditionReader:
         if isinstance(node, ast.Constant):
             return Lit(node.value)
         if isinstance(node, ast.Tuple) and all(isinstance(e, ast.Constant) for e in node.elts):
-            return Lit(tuple(e.value for e in node.elts))
+            return Lit(tuple(e.value for e in node.elts if isinstance(e, ast.Constant)))
         if isinstance(node, ast.Tuple):
             return Tup(tuple(self.value(e, env, depth) for e in node.elts))
         if isinstance(node, ast.Name) and node.id in env:
             return env[node.id]
         if isinstance(node, ast.Attribute) and node.attr in ("__version__", "__version_tuple__") and isinstance(
                 node.value, ast.Name) and node.value.id == self.target:
-            return VersionValue("tuple" if node.attr.endswith("tuple__") else "string")
+            return VersionValue(VersionForm.TUPLE if node.attr.endswith("tuple__") else VersionForm.STRING)
         module = env.get("__module__")
         if module is not None:
             return self._helper_value(node, env, module, depth)
@@ -94,9 +105,9 @@ class ConditionReader:
         if isinstance(node, ast.Attribute):
             base = self.value(node.value, env, depth)
             if isinstance(base, TargetModule) and node.attr in ("__version__", "__version_tuple__"):
-                return VersionValue("tuple" if node.attr.endswith("tuple__") else "string")
+                return VersionValue(VersionForm.TUPLE if node.attr.endswith("tuple__") else VersionForm.STRING)
             if isinstance(base, VersionValue) and node.attr in ("base_version", "public"):
-                return VersionValue("version")  # compared as its public release anyway
+                return VersionValue(VersionForm.VERSION)  # compared as its public release anyway
             if isinstance(node.value, ast.Call) and node.attr == "version":
                 return self._dist_call(node.value)
             return Unknown(f"`{ast.unparse(node)}` is not understood")
@@ -169,19 +180,19 @@ class ConditionReader:
             left, right, op = right, left, _FLIP[op]
         if isinstance(left, VersionValue) and isinstance(right, Lit):
             other = right.value
-            if left.form == "tuple" and isinstance(other, tuple):
-                return VersionCmp(op, ".".join(str(p) for p in other), "tuple")
-            if left.form == "string" and not right.parsed and isinstance(other, str):
-                return VersionCmp(op, other, "string")
+            if left.form == VersionForm.TUPLE and isinstance(other, tuple):
+                return VersionCmp(op, ".".join(str(p) for p in other), VersionForm.TUPLE)
+            if left.form == VersionForm.STRING and not right.parsed and isinstance(other, str):
+                return VersionCmp(op, other, VersionForm.STRING)
             if isinstance(other, str):
-                return VersionCmp(op, other, "version")
+                return VersionCmp(op, other, VersionForm.VERSION)
         return Opaque(ast.unparse(node))
 
     def _dist_call(self, node: ast.Call) -> VersionValue | None:
         name = called_name(node)
         if name in ("get_distribution", "distribution") and node.args and isinstance(node.args[0], ast.Constant):
             if str(node.args[0].value).lower() == self.target:
-                return VersionValue("string")
+                return VersionValue(VersionForm.STRING)
         return None
 
     def _call(self, node: ast.Call, env: dict[str, Any], depth: int) -> Any:
@@ -191,14 +202,14 @@ class ConditionReader:
         if name in _PARSERS and len(args) == 1:
             inner = self.value(args[0], env, depth)
             if isinstance(inner, VersionValue):
-                return VersionValue("version")
+                return VersionValue(VersionForm.VERSION)
             if isinstance(inner, Lit) and isinstance(inner.value, str):
                 return Lit(inner.value, parsed=True)
             return None
         if name in _DIST_VERSION and len(args) == 1:
             distribution = self.value(args[0], env, depth)
             if isinstance(distribution, Lit) and str(distribution.value).lower().replace("_", "-") == self.target:
-                return VersionValue("string")
+                return VersionValue(VersionForm.STRING)
         if name == "find_spec" and len(args) == 1 and self.value(args[0], env, depth) == Lit(self.target):
             return Installed()
         if name == "packages_distributions" and not args:
@@ -214,8 +225,8 @@ class ConditionReader:
         if name == "startswith" and isinstance(func, ast.Attribute) and len(args) == 1:
             base = self.value(func.value, env, depth)
             prefix = self.value(args[0], env, depth)
-            if isinstance(base, VersionValue) and base.form == "string" and isinstance(prefix, Lit):
-                return VersionCmp("==", str(prefix.value), "prefix")
+            if isinstance(base, VersionValue) and base.form == VersionForm.STRING and isinstance(prefix, Lit):
+                return VersionCmp("==", str(prefix.value), VersionForm.PREFIX)
             return None
         if name == "hasattr" and isinstance(func, ast.Name) and len(args) == 2:
             owner = self.resolve(args[0])

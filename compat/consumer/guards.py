@@ -10,13 +10,28 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-_OPS: dict[str, Callable[[object, object], bool]] = {
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
     "!=": operator.ne,
 }
+
+
+class VersionForm(StrEnum):
+    """How the consumer holds or compares the audited build's version (``VersionValue.form``, ``VersionCmp.mode``)."""
+
+    VERSION = "version"
+    """A parsed version (``Version(vllm.__version__)``), compared as a version."""
+    TUPLE = "tuple"
+    """A release tuple (``__version_tuple__``), compared on the tuple's width."""
+    STRING = "string"
+    """The raw string, compared as a string."""
+    PREFIX = "prefix"
+    """The raw string's prefix (``vllm.__version__.startswith("0.11")``): comparisons only."""
 
 
 @dataclass(frozen=True)
@@ -26,11 +41,11 @@ class GuardExpr:
 
 @dataclass(frozen=True)
 class VersionCmp(GuardExpr):
-    """``<audited version> op other`` (``as_tuple``: compare release tuples, ``prefix``: startswith)."""
+    """``<audited version> op other``, compared as ``mode`` says."""
 
     op: str
     other: str
-    mode: str = "version"
+    mode: VersionForm = VersionForm.VERSION
 
 
 @dataclass(frozen=True)
@@ -129,13 +144,13 @@ def evaluate(expr: GuardExpr, version: str | None, lookup: BuildQuery | None = N
     if isinstance(expr, VersionCmp):
         if version is None:
             return None
-        if expr.mode == "prefix":
+        if expr.mode == VersionForm.PREFIX:
             result = version.startswith(expr.other)
             return result if expr.op == "==" else not result
         mine, other = _parse_version(version), _parse_version(expr.other)
         if mine is None or other is None:
             return None
-        if expr.mode == "tuple":
+        if expr.mode == VersionForm.TUPLE:
             width = len(other.release)
             return _OPS[expr.op](mine.release[:width], other.release)
         # A local build ("0.32.0+cpu") compares as its public release.
@@ -160,7 +175,7 @@ def simplify(expr: GuardExpr) -> GuardExpr:
         inner = simplify(expr.item)
         if isinstance(inner, Const):
             return Const(not inner.value)
-        if isinstance(inner, VersionCmp) and inner.mode != "prefix":
+        if isinstance(inner, VersionCmp) and inner.mode != VersionForm.PREFIX:
             return VersionCmp(_NEGATED[inner.op], inner.other, inner.mode)
         return inner.item if isinstance(inner, Not) else Not(inner)
     return expr
@@ -169,7 +184,7 @@ def simplify(expr: GuardExpr) -> GuardExpr:
 def render(expr: GuardExpr) -> str:
     expr = simplify(expr)
     if isinstance(expr, VersionCmp):
-        if expr.mode == "prefix":
+        if expr.mode == VersionForm.PREFIX:
             return f"version {'starts' if expr.op == '==' else 'does not start'} with {expr.other!r}"
         return f"version {expr.op} {expr.other}"
     if isinstance(expr, HasAttr):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 
 from compat.consumer.guards import GuardExpr
 from compat.consumer.state import MethodState
@@ -19,16 +19,74 @@ class Kind(str, Enum):
     PATCH = "patch"
 
 
+class RefKind(StrEnum):
+    """How the consumer obtained an object whose vLLM class the probes must work out (``Ref.kind``)."""
+
+    SYMBOL = "symbol"
+    """The vLLM object itself (a class, a module), named by ``Ref.symbol``."""
+    CALL = "call"
+    """The result of calling ``Ref.base``."""
+    ATTRIBUTE = "attribute"
+    """Attribute ``Ref.name`` of ``Ref.base``."""
+    SELF = "self"
+    """``self`` in a consumer class that extends or patches the vLLM class ``Ref.symbol`` (an instance)."""
+    WORKER = "worker"
+    """vLLM's worker."""
+
+
+class PatchKind(StrEnum):
+    """How consumer code takes the place of vLLM's (``ClassPatch.kind``, ``Replacement.how``)."""
+
+    PATCH = "patch"
+    """A patch class's body copied onto the target."""
+    SUBCLASS = "subclass"
+    """A consumer subclass of the target, overriding it."""
+    REPLACE = "replace"
+    """The consumer assigns its own function or class over the target's attribute."""
+
+
+class ReplyUseKind(StrEnum):
+    """What the consumer does with what a worker RPC returns (``ReplyUse.kind``)."""
+
+    INDEX = "index"
+    """Indexes it (``reply[0]``)."""
+    UNPACK = "unpack"
+    """Unpacks it (``a, b = reply``)."""
+    ITERATE = "iterate"
+    """Iterates over it (``for x in reply``)."""
+    LEN = "len"
+    """Takes its length (``len(reply)``)."""
+
+
+class Finishes(StrEnum):
+    """Which requests a hand-written step loop finishes (``StepLoop.finishes``)."""
+
+    SCHEDULED = "scheduled"
+    """Every request the step scheduled."""
+    OTHER = "other"
+    """Some other set of requests."""
+    NONE = ""
+    """None."""
+
+
+class PinKind(StrEnum):
+    """What a consumer's requirement on vLLM says of the build it was written for (``Pin.kind``)."""
+
+    EXACT = "exact"
+    """``==X``: X."""
+    UPPER = "upper"
+    """``<=X``: X."""
+    RANGE = "range"
+    """An upper bound: the newest release it admits, read from the package index."""
+    OPEN = "open"
+    """No upper bound: no build."""
+
+
 @dataclass(frozen=True)
 class Ref:
-    """How the consumer obtained an object whose vLLM class the probes must work out.
+    """How the consumer obtained an object whose vLLM class the probes must work out (``RefKind`` says each way)."""
 
-    ``symbol``: the vLLM object itself (a class, a module). ``call``: the result of calling
-    ``base``. ``attribute``: attribute ``name`` of ``base``. ``self``: ``self`` in a consumer class that
-    extends or patches the vLLM class ``symbol`` (an instance, not the class). ``worker``: vLLM's worker.
-    """
-
-    kind: str
+    kind: RefKind
     symbol: str | None = None
     base: Ref | None = None
     name: str | None = None
@@ -37,22 +95,22 @@ class Ref:
 
     @staticmethod
     def of_symbol(path: str) -> Ref:
-        return Ref("symbol", symbol=path)
+        return Ref(RefKind.SYMBOL, symbol=path)
 
     def called(self) -> Ref:
-        return Ref("call", base=self)
+        return Ref(RefKind.CALL, base=self)
 
     def attr(self, name: str) -> Ref:
-        return Ref("attribute", base=self, name=name)
+        return Ref(RefKind.ATTRIBUTE, base=self, name=name)
 
     def render(self) -> str:
-        if self.kind == "worker":
+        if self.kind == RefKind.WORKER:
             return "<vLLM worker>"
-        if self.kind == "self":
+        if self.kind == RefKind.SELF:
             return self.symbol or "?"
-        if self.kind == "symbol":
+        if self.kind == RefKind.SYMBOL:
             return self.symbol or "?"
-        if self.kind == "call":
+        if self.kind == RefKind.CALL:
             return f"{self.base.render() if self.base else '?'}(...)"
         return f"{self.base.render() if self.base else '?'}.{self.name}"
 
@@ -78,9 +136,9 @@ class Fallback:
 
 @dataclass(frozen=True)
 class ReplyUse:
-    """How the consumer uses what a worker RPC returns: ``[0]``, unpacking, iterating, ``len``, as is."""
+    """How the consumer uses what a worker RPC returns: ``[0]``, unpacking, iterating, ``len``."""
 
-    kind: str
+    kind: ReplyUseKind
     detail: str
     location: Location
     code: str = ""
@@ -89,12 +147,12 @@ class ReplyUse:
 @dataclass(frozen=True)
 class Replacement:
     """The consumer's own code for a vLLM name (a ``PATCH`` touchpoint): a method of a patch class copied onto
-    the target, an override in a subclass, or a function or class assigned over vLLM's (``how``: ``patch``,
-    ``subclass``, ``replace``). vLLM's own callers then call the consumer's code with vLLM's arguments."""
+    the target, an override in a subclass, or a function or class assigned over vLLM's (``how``). vLLM's own
+    callers then call the consumer's code with vLLM's arguments."""
 
     patcher: str
     """The consumer's def (qualname)."""
-    how: str
+    how: PatchKind
     signature: Signature | None = None
     """The def's parameters as written (``self`` included for a method); None for a class or a value."""
 
@@ -179,10 +237,9 @@ class ClassPatch:
     names: tuple[str, ...]
     """What it defines: methods, class attributes."""
     location: Location
-    kind: str = "patch"
-    """``patch``: copied onto the target; ``subclass``: a consumer subclass of it (whose instances the consumer may
-    hold where the target's type is declared); ``replace``: the consumer assigns its own function or class to
-    the target's attribute (``vllm.mod.f = my_f``, ``Cls.__init__ = my_init``), so its code runs there."""
+    kind: PatchKind = PatchKind.PATCH
+    """How it takes the target's place: a subclass's instances the consumer may hold where the target's type is
+    declared; a replacement (``vllm.mod.f = my_f``, ``Cls.__init__ = my_init``) runs the consumer's code there."""
     other_bases: tuple[str, ...] = ()
     """For a subclass: the vLLM classes it also extends after ``target`` (``class R(Runner, LoRAMixin)``)."""
 
@@ -233,8 +290,7 @@ class StepLoop:
     executor: str
     """The receiver of the ``execute_model`` call in the body ('' when there is none)."""
     execute: Location | None
-    finishes: str
-    """``scheduled``: the loop finishes every request the step scheduled; ``other``: some other set; '': none."""
+    finishes: Finishes
     finish: Location | None
     finish_status: str
     """The status the loop finishes requests with, as written (``RequestStatus.FINISHED_ABORTED``)."""
@@ -255,16 +311,14 @@ class Pin:
     """As written, with its marker."""
     at: str
     """Where it was read: ``pyproject.toml:9 [project] dependencies``, ``requirements.txt:3``, a METADATA file."""
-    kind: str
-    """``exact`` (``==X``), ``upper`` (``<=X``: X), ``range`` (an upper bound: the newest release it admits, read
-    from the package index), ``open`` (no upper bound: no build)."""
+    kind: PinKind
     build: str | None = None
     note: str | None = None
     """Why there is no build (an open pin, a range the index could not resolve), or how a range was resolved."""
 
     def describe(self) -> str:
         text = f"{self.requirement} ({self.at})"
-        if self.build and self.kind == "range":
+        if self.build and self.kind == PinKind.RANGE:
             return f"{text}: written for {self.build}, the newest release the range admits"
         if self.build:
             return f"{text}: written for {self.build}"

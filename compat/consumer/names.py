@@ -237,8 +237,8 @@ def _spreads(seen: _Occurrences, name: str, defined: Spread, block: list[ast.stm
     uses: list[ast.Name] = []
     for load in seen.loads.get(name, ()):
         parent = seen.parents[load]
-        if isinstance(parent, ast.keyword) and isinstance(seen.parents[parent], ast.Call) and (
-                parent.arg is None or parent.arg == "kwargs" and called_name(seen.parents[parent]) in INDIRECT_CALLERS):
+        if isinstance(parent, ast.keyword) and isinstance(call := seen.parents[parent], ast.Call) and (
+                parent.arg is None or parent.arg == "kwargs" and called_name(call) in INDIRECT_CALLERS):
             uses.append(load)
             continue
         change = _change(seen, load, dict_builtin)

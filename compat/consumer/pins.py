@@ -23,7 +23,7 @@ from packaging.specifiers import Specifier
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from compat.consumer.model import Pin, Scan
+from compat.consumer.model import Pin, PinKind, Scan
 from compat.errors import CompatError
 
 
@@ -45,7 +45,7 @@ def choose_pin(requires: Sequence[str], requires_at: Sequence[str], target: str)
             continue
         at = requires_at[number] if number < len(requires_at) else "metadata Requires-Dist"
         pin = _pin(list(req.specifier), text, at)
-        if pin.kind != "open":
+        if pin.kind != PinKind.OPEN:
             return pin
         first_open = first_open or pin
     return first_open
@@ -61,14 +61,14 @@ def _public(version: str) -> str:
 def _pin(specs: list[Specifier], text: str, at: str) -> Pin:
     exact = [s.version for s in specs if s.operator in ("==", "===") and "*" not in s.version]
     if exact:
-        return Pin(text, at, "exact", _public(exact[0]))
+        return Pin(text, at, PinKind.EXACT, _public(exact[0]))
     inclusive = [s.version for s in specs if s.operator == "<=" and "*" not in s.version]
     if inclusive:
-        return Pin(text, at, "upper", _public(min(inclusive, key=_order)))
+        return Pin(text, at, PinKind.UPPER, _public(min(inclusive, key=_order)))
     if any(s.operator in ("<", "~=") or (s.operator == "==" and "*" in s.version) for s in specs):
-        return Pin(text, at, "range")
+        return Pin(text, at, PinKind.RANGE)
     said = "names no version" if not specs else "sets no upper bound"
-    return Pin(text, at, "open", note=f"{said}, so no build it was written for (evidence shows no 'was' lines; "
+    return Pin(text, at, PinKind.OPEN, note=f"{said}, so no build it was written for (evidence shows no 'was' lines; "
                                       "--written-for VERSION names one)")
 
 
@@ -91,7 +91,7 @@ def resolve_pin(scan: Scan, releases: Callable[[], Sequence[Version]]) -> Scan:
     called only for a range) that the range admits. A failure (no index, no release in the range) is the pin's
     note, and ``written_for`` stays None."""
     pin = scan.pin
-    if pin is None or pin.kind != "range" or pin.build is not None:
+    if pin is None or pin.kind != PinKind.RANGE or pin.build is not None:
         return scan
     from compat.sources import index  # the package index, asked only here
 

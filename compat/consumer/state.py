@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from compat.syntax import FunctionNode
 
@@ -45,10 +46,10 @@ def method_state(name: str, node: FunctionNode) -> MethodState | None:
             for part in ast.walk(target) if isinstance(target, (ast.Tuple, ast.List)) else [target]:
                 inner = part.value if isinstance(part, ast.Subscript) else part
                 if _own(inner, me):
-                    writes[inner.attr] = None  # type: ignore[union-attr]
+                    writes[inner.attr] = None
                     written.add(id(inner))
     reads = {sub.attr: None for sub in ast.walk(node)
-             if _own(sub, me) and id(sub) not in written and isinstance(sub.ctx, ast.Load)}  # type: ignore[attr-defined]
+             if _own(sub, me) and id(sub) not in written and isinstance(sub.ctx, ast.Load)}
     return MethodState(name, tuple(writes), tuple(reads))
 
 
@@ -56,7 +57,7 @@ def class_state(methods: dict[str, FunctionNode]) -> tuple[MethodState, ...]:
     return tuple(state for name, node in sorted(methods.items()) if (state := method_state(name, node)) is not None)
 
 
-def _own(node: ast.AST, me: str) -> bool:
+def _own(node: ast.AST, me: str) -> TypeGuard[ast.Attribute]:
     return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == me
 
 

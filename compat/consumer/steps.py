@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 
 from compat.consumer.index import ConsumerModule
-from compat.consumer.model import StepLoop
+from compat.consumer.model import Finishes, StepLoop
 from compat.location import Location
 from compat.syntax import walk_shallow
 
@@ -40,17 +40,22 @@ def _is_schedule(call: ast.Call) -> bool:
     return isinstance(call.func, ast.Attribute) and call.func.attr == "schedule"
 
 
+def _receiver(call: ast.Call) -> str:
+    """The source of what a method call is made on (``self.scheduler`` of ``self.scheduler.schedule()``)."""
+    return ast.unparse(call.func.value) if isinstance(call.func, ast.Attribute) else ""
+
+
 def _method_calls(body: list[ast.stmt], name: str) -> list[ast.Call]:
     return [n for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Call)
             and isinstance(n.func, ast.Attribute) and n.func.attr == name]
 
 
-def _finishes(body: list[ast.stmt], scheduler: str, output: str | None) -> tuple[str, ast.Call | None]:
-    """How the loop finishes requests: ``scheduled`` (every request the step scheduled, by iterating the step's
-    ``num_scheduled_tokens`` or ``scheduled_*`` ids), ``other`` (some other set), or '' (it does not)."""
-    calls = [c for c in _method_calls(body, "finish_requests") if ast.unparse(c.func.value) == scheduler]  # type: ignore[attr-defined]
+def _finishes(body: list[ast.stmt], scheduler: str, output: str | None) -> tuple[Finishes, ast.Call | None]:
+    """How the loop finishes requests (``scheduled``: by iterating the step's ``num_scheduled_tokens`` or
+    ``scheduled_*`` ids), and the call that finishes them."""
+    calls = [c for c in _method_calls(body, "finish_requests") if _receiver(c) == scheduler]
     if not calls:
-        return "", None
+        return Finishes.NONE, None
     loops = [n for stmt in body for n in ast.walk(stmt) if isinstance(n, (ast.For, ast.comprehension))]
     for call in calls:
         ids = ast.unparse(call.args[0]) if call.args else ""
@@ -58,10 +63,10 @@ def _finishes(body: list[ast.stmt], scheduler: str, output: str | None) -> tuple
             source = ast.unparse(loop.iter)
             target = ast.unparse(loop.target)
             if output and source.startswith(f"{output}.") and "num_scheduled_tokens" in source and target in ids:
-                return "scheduled", call
+                return Finishes.SCHEDULED, call
         if output and ids.startswith(f"{output}.") and "num_scheduled_tokens" in ids:
-            return "scheduled", call
-    return "other", calls[0]
+            return Finishes.SCHEDULED, call
+    return Finishes.OTHER, calls[0]
 
 
 def _other_statements(loop: ast.While, executes: ast.Call | None, finish: ast.Call | None) -> tuple[str, ...]:
@@ -101,16 +106,16 @@ def step_loops(source: ConsumerModule) -> list[StepLoop]:
             if scheduled is None:
                 continue
             call, output = scheduled
-            scheduler = ast.unparse(call.func.value)  # type: ignore[attr-defined]
+            scheduler = _receiver(call)
             executes = next((c for c in _method_calls(loop.body, "execute_model")), None)
             finishes, finish = _finishes(loop.body, scheduler, output)
-            updates = any(ast.unparse(c.func.value) == scheduler  # type: ignore[attr-defined]
+            updates = any(_receiver(c) == scheduler
                           for c in _method_calls(loop.body, "update_from_output"))
             found.append(StepLoop(
                 function=f"{source.module}.{function.name}", location=Location(source.relpath, loop.lineno),
                 end_line=loop.end_lineno or loop.lineno, scheduler=scheduler,
                 schedule=Location(source.relpath, call.lineno), output=output or "",
-                executor=ast.unparse(executes.func.value) if executes is not None else "",  # type: ignore[attr-defined]
+                executor=_receiver(executes) if executes is not None else "",
                 execute=Location(source.relpath, executes.lineno) if executes is not None else None,
                 finishes=finishes, finish=Location(source.relpath, finish.lineno) if finish is not None else None,
                 finish_status=ast.unparse(finish.args[1]) if finish is not None and len(finish.args) > 1 else "",

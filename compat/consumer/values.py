@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-from compat.consumer.guards import GuardExpr
+from compat.consumer.guards import GuardExpr, VersionForm
 from compat.consumer.model import Ref
 from compat.consumer.names import FunctionNames
 from compat.location import Location
@@ -62,7 +63,7 @@ class Either:
 class VersionValue:
     """The audited build's version as the consumer holds it: raw string, parsed, or tuple."""
 
-    form: str
+    form: VersionForm
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,23 @@ class Lit:
 Value = Sym | Obj | SelfOf | Local | VersionValue | Lit | GuardExpr | Either | Reply | None
 
 
+class ScopeKind(StrEnum):
+    """What kind of body a ``Scope`` binds names in."""
+
+    MODULE = "module"
+    """A module's top level."""
+    CLASS = "class"
+    """A class body."""
+    FUNCTION = "function"
+    """A function's body."""
+
+
 @dataclass
 class Scope:
     """The names bound in a module, class or function body as the walk reaches them."""
 
     names: dict[str, Value] = field(default_factory=dict)
-    kind: str = "module"
+    kind: ScopeKind = ScopeKind.MODULE
     qualname: str = ""
     local: FunctionNames | None = None
     """For a function's scope: what its statements say about its local names, read before the walk enters it
@@ -113,7 +125,7 @@ class ClassAttributes:
 
     def get(self, qualname: str, name: str) -> Value:
         value = self.values.get(qualname, {}).get(name)
-        return None if value is UNTYPED else value  # type: ignore[return-value]
+        return None if isinstance(value, _Untyped) else value
 
     def set(self, qualname: str, name: str, value: Value | _Untyped) -> None:
         names = self.values.setdefault(qualname, {})

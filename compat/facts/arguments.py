@@ -57,8 +57,8 @@ def _locals_before(function: FunctionNode, line: int) -> dict[str, ast.expr]:
         if isinstance(target, ast.Name):
             values = [(target.id, node.value)]
         elif isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts):
-            values = [(e.id, ast.Subscript(node.value, ast.Constant(i), ast.Load()))  # type: ignore[attr-defined]
-                      for i, e in enumerate(target.elts)]
+            values = [(e.id, ast.Subscript(node.value, ast.Constant(i), ast.Load()))
+                      for i, e in enumerate(target.elts) if isinstance(e, ast.Name)]
         else:
             continue
         for name, value in values:

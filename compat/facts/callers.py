@@ -68,7 +68,8 @@ def _rpc_shape(call: ast.Call) -> tuple[int, tuple[str, ...], bool]:
     args = next((k.value for k in call.keywords if k.arg == "args"), call.args[2] if len(call.args) > 2 else None)
     kwargs = next((k.value for k in call.keywords if k.arg == "kwargs"),
                   call.args[3] if len(call.args) > 3 else None)
-    positional, keywords, unpacks = 0, (), False
+    keywords: tuple[str, ...] = ()
+    positional, unpacks = 0, False
     if isinstance(args, (ast.Tuple, ast.List)):
         positional = len(args.elts)
         unpacks = any(isinstance(e, ast.Starred) for e in args.elts)
@@ -91,8 +92,9 @@ def _reads(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -> tu
     parent = parents.get(id(call))
     if isinstance(parent, ast.Attribute) and parent.value is call:
         return (parent.attr,)
+    start = call.lineno
     if isinstance(parent, ast.Await):
-        call, parent = parent, parents.get(id(parent))  # type: ignore[assignment]
+        start, parent = parent.lineno, parents.get(id(parent))
     if isinstance(parent, ast.AnnAssign) and isinstance(parent.target, ast.Name):
         name = parent.target.id  # ``times: list[CompilationTimes] = self.collective_rpc(...)``
     elif isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
@@ -107,7 +109,7 @@ def _reads(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -> tu
             items.add(node.target.id)
     for node in ast.walk(function):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and isinstance(node.ctx, ast.Load) \
-                and (node.value.id == name or node.value.id in items) and getattr(node, "lineno", 0) >= call.lineno:
+                and (node.value.id == name or node.value.id in items) and getattr(node, "lineno", 0) >= start:
             if node.attr not in found:
                 found.append(node.attr)
     return tuple(found)

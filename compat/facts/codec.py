@@ -40,7 +40,7 @@ def decode(kind: Any, data: Any) -> Any:
     if kind in _PLAIN:
         return data
     origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if dataclasses.is_dataclass(kind):
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return kind(**{name: decode(hint, data[name]) for name, hint in _fields(kind) if name in data})
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         return kind(data)

@@ -27,8 +27,9 @@ from __future__ import annotations
 import ast
 import operator
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any, TypeGuard
 
 from compat.facts import Fact
 from compat.facts.reading import Code, declared, loc, method
@@ -309,7 +310,7 @@ def _literal(text: str | None) -> object:
 
 
 ENVS = "vllm.envs"
-_CONVERSIONS = {"bool": bool, "int": int, "float": float, "str": str}
+_CONVERSIONS: dict[str, Callable[[Any], object]] = {"bool": bool, "int": int, "float": float, "str": str}
 
 
 def _env_value(node: ast.expr) -> object:
@@ -324,7 +325,7 @@ def _env_value(node: ast.expr) -> object:
         if func in _CONVERSIONS and len(node.args) == 1:
             inner = _env_value(node.args[0])
             try:
-                return _UNKNOWN if inner is _UNKNOWN else _CONVERSIONS[func](inner)  # type: ignore[operator]
+                return _UNKNOWN if inner is _UNKNOWN else _CONVERSIONS[func](inner)
             except (TypeError, ValueError):
                 return _UNKNOWN
         if isinstance(node.func, ast.Attribute) and node.func.attr in ("lower", "upper", "strip") and not node.args:
@@ -461,7 +462,7 @@ def _reads_in(node: ast.AST, scope: str, attribute: str, names: set[str],
             yield from _reads_in(child, scope, attribute, names, lines)
 
 
-def _reads_field(node: ast.AST, attribute: str, names: set[str]) -> bool:
+def _reads_field(node: ast.AST, attribute: str, names: set[str]) -> TypeGuard[ast.Attribute]:
     if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load) or node.attr not in names:
         return False
     receiver = node.value
@@ -502,8 +503,7 @@ def _own_reads(surface: StaticSurface, model: ClassModel, names: set[str]) -> li
     found: list[tuple[str, str, str]] = []
     for cls in surface.mro(model)[0]:
         for stmt in cls.node.body:
-            self_name = _self_name(stmt) if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
-            if self_name is None:
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or (self_name := _self_name(stmt)) is None:
                 continue
             for node in ast.walk(stmt):
                 if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in names \

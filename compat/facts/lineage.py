@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from compat.facts import Fact
 from compat.vllm.definitions import ClassModel
 from compat.vllm.static import StaticSurface
+from compat.vllm.surface import Found
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class Lineage:
 def class_order(surface: StaticSurface, path: str) -> list[ClassModel] | None:
     """The method resolution order of the build's class ``path`` (the class first); None when it is not one."""
     found = surface.lookup(path)
-    model = surface.class_model(found) if getattr(found, "kind", None) == "class" else None
+    model = surface.class_model(found) if isinstance(found, Found) and found.kind == "class" else None
     return surface.mro(model)[0] if model is not None else None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field, replace
+from typing import TypeGuard
 
 from compat.facts import Fact
 from compat.facts.reading import loc, method
@@ -101,8 +102,10 @@ def registry(surface: StaticSurface) -> dict[str, tuple[str, str]]:
             continue
         for key, value in zip(node.keys, node.values):
             if (isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Tuple)
-                    and len(value.elts) >= 2 and all(isinstance(e, ast.Constant) for e in value.elts[:2])):
-                entries.setdefault(key.value, (value.elts[0].value, value.elts[1].value))  # type: ignore[union-attr]
+                    and len(value.elts) >= 2 and isinstance(first := value.elts[0], ast.Constant)
+                    and isinstance(second := value.elts[1], ast.Constant)
+                    and isinstance(first.value, str) and isinstance(second.value, str)):
+                entries.setdefault(key.value, (first.value, second.value))
     return entries
 
 
@@ -137,20 +140,22 @@ def _class_of_value(surface: StaticSurface, value: ast.expr, owner: ClassModel, 
     func = value.func
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
         member = surface.member(owner.found, func.attr)
-        defined = definition(member) if isinstance(member, Found) else None
+        if not isinstance(member, Found):
+            return None
+        defined = definition(member)
         if defined is None or defined.owner is None:
             return None
-        if member.kind == "method" and defined.function is not None:  # type: ignore[union-attr]
+        if member.kind == "method" and defined.function is not None:
             for sub in ast.walk(defined.function):
                 if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Call):
                     found = _class_of_value(surface, sub.value, defined.owner, depth + 1)
                     if found is not None:
                         return found
             return None
-        if member.kind == "attribute":  # type: ignore[union-attr]
+        if member.kind == "attribute":
             target = getattr(defined.node, "value", None)
-            found = surface.resolve_expr(defined.module, target) if target is not None else None
-            return found if isinstance(found, Found) and found.kind == "class" else None
+            resolved = surface.resolve_expr(defined.module, target) if target is not None else None
+            return resolved if isinstance(resolved, Found) and resolved.kind == "class" else None
         return None
     name = ast.unparse(func).rsplit(".", 1)[-1]
     if name == "init_vllm_registered_model":
@@ -160,8 +165,8 @@ def _class_of_value(surface: StaticSurface, value: ast.expr, owner: ClassModel, 
                 if isinstance(first, ast.Constant):
                     return top_class(surface, str(first.value))
         return None
-    found = surface.resolve_expr(owner.module, func)
-    return found if isinstance(found, Found) and found.kind == "class" else None
+    resolved = surface.resolve_expr(owner.module, func)
+    return resolved if isinstance(resolved, Found) and resolved.kind == "class" else None
 
 
 def top_class(surface: StaticSurface, arch: str) -> Found | None:
@@ -246,13 +251,13 @@ def _layer_class(surface: StaticSurface, base: Found) -> Found | None:
     return None
 
 
-def _is_self_attr(node: ast.expr) -> bool:
+def _is_self_attr(node: ast.expr) -> TypeGuard[ast.Attribute]:
     return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
 
 
 def _resolve_in(surface: StaticSurface, cls: ClassModel, node: ast.expr) -> Found | None:
     if _is_self_attr(node):
-        member = surface.member(cls.found, node.attr)  # type: ignore[union-attr]
+        member = surface.member(cls.found, node.attr)
         defined = definition(member) if isinstance(member, Found) and member.kind == "attribute" else None
         if defined is not None and defined.owner is not None:
             value = getattr(defined.node, "value", None)

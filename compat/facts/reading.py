@@ -38,18 +38,18 @@ def method(surface: StaticSurface, owner: str | Found, name: str) -> Code | None
         return None
     member = surface.member(found, name)
     defined = definition(member) if isinstance(member, Found) else None
-    if defined is None or defined.owner is None or defined.function is None:
+    if not isinstance(member, Found) or defined is None or defined.owner is None or defined.function is None:
         return None
-    return Code(member, defined.function, defined.module)  # type: ignore[arg-type]
+    return Code(member, defined.function, defined.module)
 
 
 def function(surface: StaticSurface, path: str) -> Code | None:
     """A module-level function, or None."""
     found = surface.lookup(path)
     defined = definition(found) if isinstance(found, Found) else None
-    if defined is None or defined.owner is not None or defined.function is None:
+    if not isinstance(found, Found) or defined is None or defined.owner is not None or defined.function is None:
         return None
-    return Code(found, defined.function, defined.module)  # type: ignore[arg-type]
+    return Code(found, defined.function, defined.module)
 
 
 def find_class(surface: StaticSurface, name: str, prefer: str = "") -> Found | None:
@@ -67,8 +67,8 @@ def string_of(node: ast.AST) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):
-        return "".join(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
-                       for v in node.values)
+        return "".join(str(v.value) if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
+                       for v in node.values if isinstance(v, (ast.Constant, ast.FormattedValue)))
     return None
 
 
@@ -97,6 +97,7 @@ def _parameter(surface: StaticSurface, owner: Found, name: str) -> Parameter | N
 def _names_field(surface: StaticSurface, info: ModuleInfo, value: ast.expr) -> tuple[Found, str] | None:
     """The (class, field) a default names: ``CacheConfig.enable_prefix_caching``, ``get_field(ModelConfig,
     "hf_overrides")``; None for anything else (``SchedulerPolicy.FCFS`` names no field of a constructor)."""
+    name: str | None
     if isinstance(value, ast.Attribute):
         owner, name = value.value, value.attr
     elif isinstance(value, ast.Call) and len(value.args) == 2 and \
@@ -119,16 +120,17 @@ def _made_by(surface: StaticSurface, info: ModuleInfo, factory: ast.expr) -> str
     if not isinstance(factory, ast.Attribute):
         return text
     owner = surface.resolve_expr(info, factory.value)
-    code = method(surface, owner, factory.attr) if isinstance(owner, Found) and owner.kind == "class" else None
+    if not isinstance(owner, Found) or owner.kind != "class":
+        return text
+    code = method(surface, owner, factory.attr)
     if code is None:
         return text
     params = {a.arg for a in code.node.args.args + code.node.args.kwonlyargs}
     if code.node.args.kwarg is not None:
         params.add(code.node.args.kwarg.arg)
     returns = [n.value for n in ast.walk(code.node) if isinstance(n, ast.Return) and n.value is not None]
-    built = [r for r in returns if isinstance(r, ast.Call) and isinstance(surface.resolve_expr(code.module, r.func),
-                                                                             Found)
-             and surface.resolve_expr(code.module, r.func).path == owner.path]
+    built = [r for r in returns if isinstance(r, ast.Call)
+             and isinstance(made := surface.resolve_expr(code.module, r.func), Found) and made.path == owner.path]
     # Every return builds the class, from nothing but the method's own (caller-given, here absent) arguments.
     if built and len(built) == len(returns) and all(
             {n.id for n in ast.walk(arg) if isinstance(n, ast.Name)} <= params

@@ -109,7 +109,7 @@ def _replay(surface: StaticSurface, info, body: list[ast.stmt], start: int, end:
     if free:
         return Replay(at=loc(info, body[start]), unsupported=f"the step reads {', '.join(sorted(free))}, which the "
                       f"engine core computes elsewhere in {method.name}")
-    methods = {"executor": [], "vllm_config": []}
+    methods: dict[str, list[str]] = {"executor": [], "vllm_config": []}
     for s in statements:
         for n in ast.walk(s):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from compat.facts import Fact
 from compat.facts.reading import find_class, loc, method
@@ -12,17 +13,25 @@ from compat.vllm.static import StaticSurface
 RANK = "unique_reply_rank"
 
 
+class ReplyShape(StrEnum):
+    """What ``collective_rpc`` returns."""
+
+    LIST = "list"
+    """A list with one entry per worker."""
+    SINGLE = "single"
+    """The chosen rank's value itself."""
+
+
 @dataclass(frozen=True)
 class RpcReplies:
-    """What one executor's ``collective_rpc`` returns: ``list`` (one entry per worker) or ``single`` (the
-    chosen rank's value itself), with and without a rank, and where that is decided."""
+    """What one executor's ``collective_rpc`` returns, with and without a rank, and where that is decided."""
 
     executor: str
     error: str | None = None
     location: str | None = None
     accepts_rank: bool = False
-    without_rank: str = "list"
-    with_rank: str | None = None
+    without_rank: ReplyShape = ReplyShape.LIST
+    with_rank: ReplyShape | None = None
     evidence: str | None = None
     text: str | None = None
     single_value_param: str | None = None
@@ -58,8 +67,9 @@ def _branch_when_set(test: ast.expr, aliases: set[str]) -> bool | None:
     return None
 
 
-def _shape(expr: ast.expr) -> str:
-    return "single" if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) else "list"
+def _shape(expr: ast.expr) -> ReplyShape:
+    single = isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant)
+    return ReplyShape.SINGLE if single else ReplyShape.LIST
 
 
 def read_collective_rpc(surface: StaticSurface, executor: str) -> RpcReplies:
@@ -77,7 +87,7 @@ def read_collective_rpc(surface: StaticSurface, executor: str) -> RpcReplies:
     for sub in ast.walk(node):  # output_rank = unique_reply_rank (in any branch)
         if isinstance(sub, ast.Assign) and _names_in(sub.value) & aliases and isinstance(sub.value, ast.Name):
             aliases.update(t.id for t in sub.targets if isinstance(t, ast.Name))
-    result = replace(result, with_rank="list")
+    result = replace(result, with_rank=ReplyShape.LIST)
     for sub in ast.walk(node):
         decided = None
         if isinstance(sub, ast.Return) and isinstance(sub.value, ast.IfExp):
@@ -88,9 +98,9 @@ def read_collective_rpc(surface: StaticSurface, executor: str) -> RpcReplies:
             when_set = _branch_when_set(sub.test, aliases)
             if when_set is not None:
                 branch = sub.body if when_set else sub.orelse
-                returns = [r for r in branch if isinstance(r, ast.Return) and r.value is not None]
+                returns = [r.value for r in branch if isinstance(r, ast.Return) and r.value is not None]
                 if returns:
-                    decided = _shape(returns[0].value)
+                    decided = _shape(returns[0])
         if decided is not None:
             return replace(result, with_rank=decided, evidence=loc(info, sub), text=ast.unparse(sub)[:200])
     return result

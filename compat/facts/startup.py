@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from enum import StrEnum
 
 from compat.facts import Fact
 from compat.facts.reading import loc, method
@@ -77,12 +78,22 @@ _SKIP_MODULES = ("vllm.utils", "vllm.logger", "vllm.envs", "vllm.tracing", "vllm
 _MAX_DEPTH = 2
 
 
+class StepKind(StrEnum):
+    """What a start-up step calls (``Step.kind``)."""
+
+    EXECUTOR = "executor"
+    """A method of the engine core's executor."""
+    RPC = "rpc"
+    """A worker RPC (``collective_rpc``)."""
+    FUNCTION = "function"
+    """A vLLM function."""
+
+
 @dataclass(frozen=True)
 class Step:
     """One start-up step: an executor method, a worker RPC or a vLLM function, and where it is called."""
 
-    kind: str
-    """``executor``, ``rpc`` or ``function``."""
+    kind: StepKind
     name: str
     at: str | None
     path: str | None = None
@@ -112,13 +123,13 @@ def _step(surface: StaticSurface, call: ast.Call, info: ModuleInfo) -> Step | No
     if text.startswith("self.model_executor."):
         name = text.rsplit(".", 1)[-1]
         rpc = _rpc_name(call) if name == "collective_rpc" else None
-        return Step("rpc", rpc, at) if rpc is not None else Step("executor", name, at)
-    if text == "self.collective_rpc" and _rpc_name(call) is not None:
-        return Step("rpc", _rpc_name(call), at)  # type: ignore[arg-type]
+        return Step(StepKind.RPC, rpc, at) if rpc is not None else Step(StepKind.EXECUTOR, name, at)
+    if text == "self.collective_rpc" and (sent := _rpc_name(call)) is not None:
+        return Step(StepKind.RPC, sent, at)
     if isinstance(call.func, ast.Name):
         found = surface.resolve_expr(info, call.func)
         if isinstance(found, Found) and found.kind == "function" and not found.path.startswith(_SKIP_MODULES):
-            return Step("function", call.func.id, at, found.path)
+            return Step(StepKind.FUNCTION, call.func.id, at, found.path)
     return None
 
 
@@ -148,8 +159,10 @@ def read(surface: StaticSurface) -> StartupFacts:
         return StartupFacts(error="the engine core does not create self.model_executor in __init__")
     steps: list[Step] = []
     owner = surface.lookup(ENGINE_CORE)
+    if not isinstance(owner, Found):  # its __init__ was read: not reached
+        return StartupFacts(error=f"{ENGINE_CORE} not found")
     for stmt in [s for s in init.node.body if s.lineno > start.lineno]:
-        _steps_of(surface, owner, stmt, init.module, 0, steps, set())  # type: ignore[arg-type]
+        _steps_of(surface, owner, stmt, init.module, 0, steps, set())
     return StartupFacts(loc(init.found), loc(init.module, start), tuple(steps))
 
 

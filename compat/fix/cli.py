@@ -61,10 +61,10 @@ def _from_report(path: Path) -> tuple[str, str]:
 
 def _fix(args: argparse.Namespace) -> int:
     if args.list_fixers:
-        from compat.fixers import all_fixers
+        from compat.fix.fixer import all_fixers
 
         for fixer in all_fixers():
-            print(f"{fixer.name:10} [{', '.join(fixer.handles)}] {fixer.description}")
+            print(f"{fixer.name:10} [{', '.join(fixer.checks)}] {fixer.description}")
         return 0
     consumer, vllm = args.consumer, args.vllm
     if args.report:
@@ -117,21 +117,22 @@ def summary(fix: Fix, verification: Verification | None) -> None:
     for version, f in verification.claimed:
         print(f"  STILL FAILING (claimed by a fixer) vLLM {version}: {f.check} {f.consumer_location}: {f.message}",
               file=err)
-    seen = {}
+    seen: dict[tuple[str, str, str | None, str], list[str]] = {}
     for version, f in verification.unhandled:
         seen.setdefault((f.check, f.symbol, f.consumer_location, f.status.value), []).append(version)
     for (check, symbol, location, status), versions in sorted(seen.items()):
         print(f"  not handled by any fixer: {status} {check} {symbol} at {location} "
               f"(vLLM {versions[0]}..{versions[-1]}, {len(versions)} builds)", file=err)
-    kept = {}
+    kept: dict[tuple[str, str, str], list[str]] = {}
     for version, f, why in verification.accepted:
         kept.setdefault((f.check, f.symbol, why), []).append(version)
     for (check, symbol, why), versions in sorted(kept.items()):
         print(f"  accepted: {check} {symbol} (vLLM {versions[0]}..{versions[-1]}): {why}", file=err)
-    state = "clean" if verification.ok and not verification.unhandled else "NOT clean"
+    clean = verification.ok and not verification.unhandled
+    state = "clean" if clean else "NOT clean"
     if verification.failing():
         state += f" ({len(verification.failing())} fail under --fail-on {verification.fail_on.value})"
-    elif state != "clean":
+    elif not clean:
         state += f" (none fails under --fail-on {verification.fail_on.value})"
     print(f"  re-audit of the patched consumer against {len(verification.builds)} builds: {state}", file=err)
 

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from compat.consumer.model import Scan, TouchPoint
 from compat.facts import Fact
 from compat.findings import Finding, Status
+from compat.probe import Probe
 from compat.vllm.surface import Surface
 
 T = TypeVar("T")
@@ -52,10 +53,10 @@ class FixContext:
     """The fixers that plan this fix (``--without`` leaves some out): a fixer whose code builds on another's
     shim code plans only where that one runs."""
 
-    def failing(self, check: str) -> list[tuple[AuditedBuild, Finding]]:
-        """Every broken or changed finding of ``check``, with the build it came from."""
+    def failing(self, probe: Probe) -> list[tuple[AuditedBuild, Finding]]:
+        """Every broken or changed finding of ``probe``, with the build it came from."""
         return [(build, f) for build in self.builds for f in build.findings
-                if f.check == check and f.status in FAILING]
+                if f.check == probe.name and f.status in FAILING]
 
     def by_location(self, pairs: Iterable[tuple[AuditedBuild, Finding]]) -> dict[str, list[tuple[AuditedBuild,
                                                                                                   Finding]]]:

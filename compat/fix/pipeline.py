@@ -134,7 +134,7 @@ def shim_location(scan: Scan, tree: SourceTree) -> Shim:
 
 def plan_fix(options: FixOptions) -> Fix:
     """Audit, plan every fixer, and edit the consumer's files in memory."""
-    from compat.fixers import all_fixers
+    from compat.fix.fixer import all_fixers
 
     tree = open_consumer(options.consumer, options.target)
     scan = resolve_pin(scan_tree(tree, options.target), lambda: index.releases(options.target))

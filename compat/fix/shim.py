@@ -15,6 +15,7 @@ import ast
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from packaging.version import Version
 
@@ -327,7 +328,7 @@ def _merge(plans: Sequence[FixerPlan]) -> list[ShimPiece]:
     return sorted(chosen.values(), key=lambda p: order.get(p.key.split(":")[0], 2))
 
 
-def _is_target(node: ast.stmt, target: str) -> bool:
+def _is_target(node: ast.stmt, target: str) -> TypeGuard[ast.Import | ast.ImportFrom]:
     """An import statement of ``target``'s modules (``from vllm.config import X``, ``import vllm.envs as e``)."""
     modules = [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [
         a.name for a in node.names] if isinstance(node, ast.Import) else []
@@ -343,7 +344,7 @@ def _split_imports(lines: set[str], target: str) -> tuple[list[str], dict[str, s
         if not _is_target(node, target):
             eager.append(line)
             continue
-        for alias in node.names:  # type: ignore[attr-defined]
+        for alias in node.names:
             lazy[alias.asname or alias.name.split(".")[0]] = line
     return eager, lazy
 
@@ -364,7 +365,7 @@ def _localised(piece: ShimPiece, loaded: set[str], imported: dict[str, str]) -> 
     its first call checks the running vLLM and imports the loaded names (``loaded``) it uses. Module-level code
     may use none of them (it would run at import)."""
     lines = piece.code.strip().split("\n")
-    wraps = []
+    wraps: list[str] = []
     for node in reversed(ast.parse("\n".join(lines)).body):
         used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         local = sorted({imported[n] for n in used & set(imported)})
@@ -466,10 +467,10 @@ def exports(text: str) -> tuple[Export, ...]:
     for node in tree.body:
         if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)):
             continue
-        registry, key = ast.unparse(node.targets[0].value), node.targets[0].slice
-        if registry not in ("_EXPORTS", "_WRAPPED") or not isinstance(key, ast.Constant):
+        registry, slot = ast.unparse(node.targets[0].value), node.targets[0].slice
+        if registry not in ("_EXPORTS", "_WRAPPED") or not isinstance(slot, ast.Constant):
             continue
         raw = node.value.elts[0] if isinstance(node.value, ast.Tuple) else node.value
         if isinstance(raw, ast.Constant) and raw.value in loaded:
-            found.append(Export(str(key.value), loaded[raw.value], registry == "_WRAPPED"))
+            found.append(Export(str(slot.value), loaded[raw.value], registry == "_WRAPPED"))
     return tuple(found)
