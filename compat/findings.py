@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from compat.location import Location
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     OK = "ok"
     BROKEN = "broken"
     CHANGED = "changed"

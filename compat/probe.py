@@ -18,7 +18,7 @@ from compat.facts import Fact
 from compat.facts.lineage import FACT as LINEAGE
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.signature import Signature
-from compat.vllm.surface import Found, Lookup, Missing, Surface, Unresolved
+from compat.vllm.surface import Found, FoundKind, Lookup, Missing, Surface, Unresolved
 
 T = TypeVar("T")
 DEFAULT_WORKER_CLASS = "vllm.v1.worker.gpu_worker.Worker"
@@ -224,7 +224,7 @@ class ProbeContext:
         for patch in self.scan.class_patches:
             if patch.kind == PatchKind.SUBCLASS:
                 base = self.lookup(patch.target, surface)
-                if isinstance(base, Found) and base.kind == "class" and declared in self.fact(
+                if isinstance(base, Found) and base.kind == FoundKind.CLASS and declared in self.fact(
                         LINEAGE, base.path, surface=surface).ancestors:
                     found.setdefault(patch.patcher, StandIn(patch.patcher, StandInHow.SUBCLASS,
                                                             frozenset(patch.names), str(patch.location)))
@@ -361,10 +361,10 @@ class ProbeContext:
             return Unresolved(f"{ref.render()} is {NOT_VLLM[ref.name]}, not vLLM's", outside=True)
         if ref.kind == RefKind.SYMBOL:
             found = self.lookup(ref.symbol or "", surface)
-            if isinstance(found, Found) and found.kind == "attribute":
+            if isinstance(found, Found) and found.kind == FoundKind.ATTRIBUTE:
                 # A module-level variable (``parallel_state._TP``): the class its annotation or value gives.
                 module = self.lookup(found.path.rpartition(".")[0], surface)
-                if isinstance(module, Found) and module.kind == "module":
+                if isinstance(module, Found) and module.kind == FoundKind.MODULE:
                     typed = surface.attribute_type(module, found.path.rpartition(".")[2])
                     return typed if isinstance(typed, Found) or getattr(typed, "outside", False) else found
             if isinstance(found, Missing) and ref.typing:
@@ -379,7 +379,7 @@ class ProbeContext:
             owner = self.class_of(ref.base, surface)
             if not isinstance(owner, Found):
                 return owner
-            if owner.kind == "module":
+            if owner.kind == FoundKind.MODULE:
                 return self.member(owner, ref.name, surface)
             found = surface.attribute_type(owner, ref.name)
             if isinstance(found, Missing):

@@ -193,13 +193,14 @@ class BuildItem(pytest.Item):
             findings = [f for f in result.findings if f.consumer_location == location and
                         (f.touchpoint or f.symbol) == symbol]
         from compat import policy
+        from compat.findings import Status
 
         fail_on = _fail_on(self.config)
         failing = policy.failing(findings, fail_on)
         if failing:
             raise CompatFailure("; ".join(f"{f.check} {f.status.value}: {f.message}" + (f" (fix: {f.fix})"
                                           if f.fix else "") for f in failing))
-        passing = [f for f in findings if f.status.value != "ok" and not f.allowed]
+        passing = [f for f in findings if f.status != Status.OK and not f.allowed]
         if passing:
             message = "; ".join(f"{f.check} {f.status.value}: {f.message}" for f in passing)
             pytest.skip(f"not failing under --vllm-compat-fail-on={fail_on.value}: {message}")

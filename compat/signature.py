@@ -7,10 +7,10 @@ probes and the reports never know which reading made them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum, StrEnum
+from enum import StrEnum
 
 
-class ParamKind(str, Enum):
+class ParamKind(StrEnum):
     POSITIONAL_ONLY = "POSITIONAL_ONLY"
     POSITIONAL_OR_KEYWORD = "POSITIONAL_OR_KEYWORD"
     VAR_POSITIONAL = "VAR_POSITIONAL"

@@ -10,13 +10,14 @@ from compat.facts.abstract import ABSTRACT_METHODS
 from compat.facts.abstract import FACT as ABSTRACT
 from compat.findings import Evidence, Finding, Status
 from compat.probe import ConsumerDefined, Probe, ProbeContext
-from compat.vllm.surface import Found, Missing, Unresolved
+from compat.vllm.surface import Found, FoundKind, Missing, Unresolved
 
 
 def _concrete(ctx: ProbeContext, owner: Found) -> bool:
     """``owner`` is a class of its own, not an interface, mixin or protocol, and leaves no method abstract."""
     interface = ctx.fact(ABSTRACT, owner.path)
-    return owner.kind == "class" and (not interface.interface or not interface.why.startswith(f"{owner.path} ")) \
+    return owner.kind == FoundKind.CLASS \
+        and (not interface.interface or not interface.why.startswith(f"{owner.path} ")) \
         and not owner.path.endswith("Mixin") and not ctx.fact(ABSTRACT_METHODS, owner.path).methods
 
 
@@ -77,7 +78,7 @@ class AttributeProbe(Probe):
         if tp.narrowed:
             return self.finding(tp, Status.OK, f"{label} is not in this build, and the consumer checks for it before "
                                 f"the use ({tp.narrowed})", ctx.where(owner), evidence, symbol=label)
-        if not tp.store and tp.receiver.kind not in (RefKind.SYMBOL, RefKind.SELF) and owner.kind == "class":
+        if not tp.store and tp.receiver.kind not in (RefKind.SYMBOL, RefKind.SELF) and owner.kind == FoundKind.CLASS:
             stand_in = ctx.stand_in_defining(owner.path, name)
             if stand_in is not None:
                 return self.finding(tp, Status.UNKNOWN, f"{label} is not in this build, but the object may at run "
@@ -93,7 +94,7 @@ class AttributeProbe(Probe):
                                     f"{below} defines '{name}', and which of them the object is decides",
                                     ctx.where(owner), replace(evidence, extra=(("missing", member.reason),)),
                                     symbol=label)
-        elif not tp.store and tp.receiver.kind != RefKind.SYMBOL and owner.kind == "class":
+        elif not tp.store and tp.receiver.kind != RefKind.SYMBOL and owner.kind == FoundKind.CLASS:
             interface = ctx.fact(ABSTRACT, owner.path)
             if interface.interface:
                 return self.finding(tp, Status.UNKNOWN, f"{label} is not declared by the interface the object is "

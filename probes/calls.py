@@ -6,7 +6,7 @@ from compat.consumer.model import Kind, Ref, RefKind, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import ConsumerDefined, Probe, ProbeContext
 from compat.signature import BindCode, BindProblem, Signature, diff
-from compat.vllm.surface import Found, Missing, Surface, Unresolved
+from compat.vllm.surface import Found, FoundKind, Missing, Surface, Unresolved
 
 
 def _fix(problem: BindProblem, sig: Signature) -> str:
@@ -26,7 +26,7 @@ def _fix(problem: BindProblem, sig: Signature) -> str:
 def _through_class(ctx: ProbeContext, tp: TouchPoint, callee: Found, surface: Surface) -> bool:
     """``Class.method(obj, ...)``: a plain method reached through its class, not an instance (a module-level
     instance such as ``ModelRegistry`` is one), takes ``self`` as its first argument."""
-    if callee.kind != "method":
+    if callee.kind != FoundKind.METHOD:
         return False
     if tp.kind == Kind.CALL:
         owner = tp.symbol.rpartition(".")[0]
@@ -35,7 +35,7 @@ def _through_class(ctx: ProbeContext, tp: TouchPoint, callee: Found, surface: Su
     else:
         return False
     found = surface.lookup(owner)
-    return isinstance(found, Found) and found.kind == "class"
+    return isinstance(found, Found) and found.kind == FoundKind.CLASS
 
 
 def _stand_in(ctx: ProbeContext, tp: TouchPoint, name: str) -> str | None:
@@ -44,7 +44,7 @@ def _stand_in(ctx: ProbeContext, tp: TouchPoint, name: str) -> str | None:
     if tp.kind != Kind.ATTRIBUTE or tp.receiver is None or tp.receiver.kind == RefKind.SELF or tp.call is None:
         return None
     owner = ctx.class_of(tp.receiver)
-    if not isinstance(owner, Found) or owner.kind != "class":
+    if not isinstance(owner, Found) or owner.kind != FoundKind.CLASS:
         return None
     for stand in ctx.stand_ins(owner.path):
         if tp.attribute not in stand.names:
@@ -88,7 +88,7 @@ class CallProbe(Probe):
                             written_for_build=ctx.written_for.build.version if ctx.written_for else None,
                             extra=(("changes", ", ".join(changes)),) if changes else ())
         if isinstance(callee, Found) and (ctx.replaced(callee.path) or (
-                callee.kind == "class" and ctx.replaced(f"{callee.path}.__init__"))):
+                callee.kind == FoundKind.CLASS and ctx.replaced(f"{callee.path}.__init__"))):
             return None  # the consumer replaced it (or the class's __init__): its own code is what calls bind to
         if isinstance(callee, ConsumerDefined) or (isinstance(callee, Unresolved) and callee.outside) or (
                 isinstance(sig, Unresolved) and sig.outside):

@@ -24,7 +24,7 @@ from compat.facts.defaults import ConfigDefaults, FieldDefault, Read, short
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import Signature
-from compat.vllm.surface import Found, Surface
+from compat.vllm.surface import Found, FoundKind, Surface
 
 CONFIG_PACKAGE = "vllm.config"
 ENGINE_ARGS = ("EngineArgs", "AsyncEngineArgs")
@@ -35,7 +35,7 @@ _SHOWN = 3
 def _config(ctx: ProbeContext, tp: TouchPoint, surface: Surface | None = None) -> Found | None:
     """The config class a call builds (one of ``vllm.config``'s, or ``EngineArgs``), else None."""
     found = ctx.lookup(tp.symbol, surface)
-    if not isinstance(found, Found) or found.kind != "class":
+    if not isinstance(found, Found) or found.kind != FoundKind.CLASS:
         return None
     inside = found.path.startswith(CONFIG_PACKAGE + ".") or found.path.rsplit(".", 1)[-1] in ENGINE_ARGS
     return found if inside else None
@@ -53,7 +53,7 @@ def _runs(ctx: ProbeContext) -> dict[str, str]:
             found = ctx.lookup(tp.symbol)
             if not isinstance(found, Found):
                 continue
-            if found.kind != "class":
+            if found.kind != FoundKind.CLASS:
                 runs.setdefault(found.path, where)
             elif _config(ctx, tp) is not None:
                 configs.append((found.path, where))
@@ -64,7 +64,7 @@ def _runs(ctx: ProbeContext) -> dict[str, str]:
                         runs.setdefault(member.path, where)
         elif tp.kind is Kind.ATTRIBUTE and tp.receiver is not None and tp.attribute and not tp.store:
             callee = ctx.callee(tp.receiver.attr(tp.attribute))
-            if isinstance(callee, Found) and (callee.kind == "property" or
+            if isinstance(callee, Found) and (callee.kind == FoundKind.PROPERTY or
                                               tp.call is not None and callee.kind in CALLABLE_KINDS):
                 runs.setdefault(callee.path, where)
     for path, where in configs:

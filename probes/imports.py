@@ -7,7 +7,7 @@ from dataclasses import replace
 from compat.consumer.model import Kind, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import ConsumerDefined, Probe, ProbeContext
-from compat.vllm.surface import Found, Missing, Unresolved, relocated
+from compat.vllm.surface import Found, FoundKind, Missing, Unresolved, relocated
 
 
 class ImportProbe(Probe):
@@ -21,7 +21,8 @@ class ImportProbe(Probe):
         if isinstance(found, ConsumerDefined):
             return self.finding(tp, Status.OK, f"{tp.symbol} imports: {found.reason}", None, evidence)
         if isinstance(found, Found):
-            where = f" (defined in {found.path})" if found.path != tp.symbol and found.kind != "external" else ""
+            elsewhere = found.path != tp.symbol and found.kind != FoundKind.EXTERNAL
+            where = f" (defined in {found.path})" if elsewhere else ""
             return self.finding(tp, Status.OK, f"{tp.symbol} imports{where}", ctx.where(found), evidence)
         if isinstance(found, Unresolved):
             status = Status.ERROR if found.traceback else Status.UNKNOWN

@@ -29,7 +29,7 @@ from compat.facts.lineage import FACT as LINEAGE
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, Signature
-from compat.vllm.surface import Found, Missing, Surface
+from compat.vllm.surface import Found, FoundKind, Missing, Surface
 
 _SCALARS = {"float": "a float", "int": "an int", "bool": "a bool", "str": "a str", "None": "None",
             "bytes": "bytes"}
@@ -53,7 +53,7 @@ class InboundProbe(Probe):
                 continue
             base = ctx.lookup(patch.target)
             then = ctx.lookup(patch.target, ctx.written_for)
-            if not isinstance(base, Found) or base.kind != "class" or not isinstance(then, Found):
+            if not isinstance(base, Found) or base.kind != FoundKind.CLASS or not isinstance(then, Found):
                 continue
             findings += self._hooks(ctx, patch, base, then)
             worker = _is_worker(ctx, base, ctx.surface)
@@ -185,7 +185,7 @@ class InboundProbe(Probe):
         what = _SCALARS.get(returns)
         if what is None:
             declared = ctx.lookup(returns) if "." in returns else None
-            if not isinstance(declared, Found) or declared.kind != "class" or isinstance(
+            if not isinstance(declared, Found) or declared.kind != FoundKind.CLASS or isinstance(
                     ctx.surface.member(declared, attr), Found):
                 return []
             what = f"a {declared.path}, which has no '{attr}'"

@@ -21,9 +21,12 @@ from compat.facts.lineage import FACT as LINEAGE
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import CallShape, ParamKind, Signature
-from compat.vllm.surface import Found, Missing, Surface
+from compat.vllm.surface import Found, FoundKind, Missing, Surface
 
-_HOW = {"patch": "the patch", "subclass": "the override", "replace": "the replacement"}
+_HOW = {PatchKind.PATCH: "the patch", PatchKind.SUBCLASS: "the override", PatchKind.REPLACE: "the replacement"}
+
+NO_SIGNATURE_CHECK = (FoundKind.CLASS, FoundKind.ATTRIBUTE, FoundKind.INSTANCE_ATTRIBUTE, FoundKind.PROPERTY)
+"""What vLLM defines there when a replacement is not checked against its signature: not a function."""
 
 
 def calls_vllm_makes(sig: Signature) -> list[CallShape]:
@@ -221,11 +224,11 @@ class PatchProbe(Probe):
             return self.finding(tp, Status.UNKNOWN, f"cannot tell whether {target} exists: {now.reason}",
                                 symbol=target)
         where = str(now.location) if now.location else None
-        if replacement.signature is None or now.kind in ("class", "attribute", "instance-attribute", "property"):
+        if replacement.signature is None or now.kind in NO_SIGNATURE_CHECK:
             return self.finding(tp, Status.OK, f"{how} {replacement.patcher} replaces {target}, which this build has",
                                 where, symbol=target)
         mine = replacement.signature
-        if owner.kind == "class" and now.kind != "staticmethod":
+        if owner.kind == FoundKind.CLASS and now.kind != FoundKind.STATICMETHOD:
             mine = mine.drop_first()  # self (or cls): vLLM calls it through an instance or the class
         sig_now = ctx.surface.signature(now)
         if not isinstance(sig_now, Signature):
@@ -252,7 +255,7 @@ class PatchProbe(Probe):
                             extra=(("consumer", f"{replacement.patcher}{mine.render()}"),))
         if new:
             # What vLLM's callers may pass is a suspicion; the build's own calls of it say what they do pass.
-            sites = vllm_calls(ctx, tp.attribute, sig_now, owner.path if owner.kind == "class" else "")
+            sites = vllm_calls(ctx, tp.attribute, sig_now, owner.path if owner.kind == FoundKind.CLASS else "")
             failing = [(site, problems) for site, problems in sites.judged(mine) if problems]
             fix = f"give {replacement.patcher} the parameters of {target}{sig_now.render()}"
             if failing:
@@ -289,7 +292,7 @@ class PatchProbe(Probe):
                 continue
             base = ctx.lookup(patch.target)
             then_base = ctx.lookup(patch.target, ctx.written_for)
-            if not isinstance(base, Found) or not isinstance(then_base, Found) or base.kind != "class":
+            if not isinstance(base, Found) or not isinstance(then_base, Found) or base.kind != FoundKind.CLASS:
                 continue
             now = set(ctx.fact(ABSTRACT_METHODS, base.path).methods) - set(patch.names)
             then = set(ctx.fact(ABSTRACT_METHODS, then_base.path, surface=ctx.written_for).methods) - set(patch.names)

@@ -9,7 +9,7 @@ from compat.consumer.model import Kind, TouchPoint
 from compat.facts import hashing, startup
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
-from compat.vllm.surface import Found
+from compat.vllm.surface import Found, FoundKind
 
 CACHE_CONFIG = "vllm.config.CacheConfig"
 VLLM_CONFIG = "vllm.config.VllmConfig"
@@ -76,7 +76,7 @@ def _norm(name: str) -> str:
 class StartupProbe(Probe):
     def run(self, ctx: ProbeContext) -> Iterable[Finding]:
         executors = [tp for tp in ctx.scan.touchpoints if tp.kind == Kind.CALL
-                     and isinstance(found := ctx.lookup(tp.symbol), Found) and found.kind == "class"
+                     and isinstance(found := ctx.lookup(tp.symbol), Found) and found.kind == FoundKind.CLASS
                      and isinstance(ctx.surface.member(found, "collective_rpc"), Found)
                      and isinstance(ctx.surface.member(found, "initialize_from_config"), Found)]
         if not executors:

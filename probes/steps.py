@@ -15,7 +15,7 @@ from compat.consumer.model import Finishes, Kind, StepLoop
 from compat.facts import scheduling
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
-from compat.vllm.surface import Found
+from compat.vllm.surface import Found, FoundKind
 
 CONFIG = "vllm.config.SchedulerConfig"
 
@@ -34,7 +34,7 @@ class StepsProbe(Probe):
             if tp.kind == Kind.ATTRIBUTE and tp.attribute == "schedule" and tp.location == loop.schedule \
                     and tp.receiver is not None:
                 owner = ctx.class_of(tp.receiver)
-                if isinstance(owner, Found) and owner.kind == "class":
+                if isinstance(owner, Found) and owner.kind == FoundKind.CLASS:
                     return owner
         return None
 

@@ -22,7 +22,7 @@ from compat.consumer.source import open_consumer
 from compat.errors import CompatError
 from compat.findings import Confirmation, Evidence, Finding, Place, Status, by_place
 from compat.policy import DEFAULT, FailOn
-from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, Probe, ProbeContext
+from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, ConsumerDefined, Probe, ProbeContext
 from compat.syntax import collector_paused
 from compat.vllm.builds import OpenedBuild, open_build
 from compat.vllm.surface import Found, Lookup, Missing, Surface
@@ -173,7 +173,7 @@ class Auditor:
 def _guard_state(ctx: ProbeContext, tp: TouchPoint) -> tuple[bool | None, str]:
     """Whether the touchpoint's code runs on the audited build (None: cannot tell), and why."""
 
-    def known(result: Lookup) -> bool | None:
+    def known(result: Lookup | ConsumerDefined) -> bool | None:
         return True if isinstance(result, Found) else (False if isinstance(result, Missing) else None)
 
     def lookup(expr: GuardExpr) -> bool | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import StrEnum
 
 from compat.consumer.guards import GuardExpr
 from compat.consumer.state import MethodState
@@ -11,7 +11,7 @@ from compat.location import Location
 from compat.signature import CallShape, Signature
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     IMPORT = "import"
     CALL = "call"
     ATTRIBUTE = "attribute"

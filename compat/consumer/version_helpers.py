@@ -17,7 +17,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from compat.consumer.guards import All, Any_, Const, GuardExpr, Not, Opaque, evaluate, simplify
+from compat.consumer.guards import All, Any_, Const, GuardExpr, Not, Opaque, VersionForm, evaluate, simplify
 from compat.consumer.values import Lit, VersionValue
 from compat.syntax import FunctionNode, absolute_module
 
@@ -242,7 +242,7 @@ class HelperRun:
         for alias in stmt.names:
             name = alias.asname or alias.name
             if source == target and alias.name == "__version__":
-                env[name] = VersionValue("string")
+                env[name] = VersionValue(VersionForm.STRING)
             else:
                 env[name] = self.reader.module_value(source, alias.name, self.depth + 1)
 

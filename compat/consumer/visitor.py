@@ -11,11 +11,25 @@ from __future__ import annotations
 
 import ast
 import traceback
+from enum import StrEnum
 
 from compat.consumer.conditions import ConditionReader
-from compat.consumer.guards import GuardExpr, Imports, Not, involves_target
+from compat.consumer.guards import GuardExpr, Imports, Not, VersionForm, involves_target
 from compat.consumer.index import ConsumerIndex, ConsumerModule, IndexedClass
-from compat.consumer.model import Alias, ClassPatch, Fallback, Guard, Kind, Ref, Replacement, ReplyUse, TouchPoint
+from compat.consumer.model import (
+    Alias,
+    ClassPatch,
+    Fallback,
+    Guard,
+    Kind,
+    PatchKind,
+    Ref,
+    RefKind,
+    Replacement,
+    ReplyUse,
+    ReplyUseKind,
+    TouchPoint,
+)
 from compat.consumer.names import INDIRECT_CALLERS, Spread, binds_anywhere, literal_spread, read_function
 from compat.consumer.nodes import (
     CONSTRUCTION,
@@ -42,6 +56,7 @@ from compat.consumer.values import (
     Obj,
     Reply,
     Scope,
+    ScopeKind,
     SelfOf,
     Sym,
     Value,
@@ -50,6 +65,19 @@ from compat.consumer.values import (
 from compat.location import Location
 from compat.signature import CallShape
 from compat.syntax import absolute_module, call_shape, called_name, from_def, is_type_checking
+
+
+class BaseOrigin(StrEnum):
+    """Whose class a base of a consumer class is, as ``super()`` searches the bases (``ModuleVisitor.base_entry``)."""
+
+    LOCAL = "local"
+    """The consumer's own class (by qualname)."""
+    VLLM = "vllm"
+    """A class of the target (vLLM), by path."""
+    TYPING = "typing"
+    """A typing generic, ``object`` or ``ABC``: defines nothing ``super()`` could reach."""
+    OTHER = "other"
+    """Another library's class, which may define the name: the search stops there."""
 
 
 def walk_module(index: ConsumerIndex, known: ClassAttributes, source: ConsumerModule, target: str) -> ModuleRecord:
@@ -71,7 +99,7 @@ class ModuleVisitor(ast.NodeVisitor):
         self.target = target
         self.found = ModuleRecord()
         """What this walk found (``walk_module`` returns it)."""
-        self.scopes: list[Scope] = [Scope(kind="module", qualname=source.module)]
+        self.scopes: list[Scope] = [Scope(kind=ScopeKind.MODULE, qualname=source.module)]
         self.guards: list[Guard] = []
         self.fallback: Fallback | None = None
         self.class_stack: list[IndexedClass] = []
@@ -83,7 +111,7 @@ class ModuleVisitor(ast.NodeVisitor):
         """vLLM names imported under ``if TYPE_CHECKING:``: not there at run time, but what annotations mean."""
         self.class_bases: dict[str, str] = {}
         """Consumer class -> the vLLM class it extends or patches (see ``SelfOf.base``)."""
-        self.super_order: dict[str, tuple[tuple[str, str], ...]] = {}
+        self.super_order: dict[str, tuple[tuple[BaseOrigin, str], ...]] = {}
         """Consumer class of this module -> its bases as written, read (see ``super_target``)."""
         self.conditions = ConditionReader(target, index, lambda node: self.eval(node, record=False))
         self.dict_builtin = not binds_anywhere(source.tree, "dict")
@@ -110,7 +138,7 @@ class ModuleVisitor(ast.NodeVisitor):
     def scope_of(self, name: str) -> Scope | None:
         """The scope whose binding of ``name`` the code here sees (a class body is not seen from its methods)."""
         for scope in reversed(self.scopes):
-            if scope.kind == "class" and scope is not self.scopes[-1]:
+            if scope.kind == ScopeKind.CLASS and scope is not self.scopes[-1]:
                 continue
             if name in scope.names:
                 return scope
@@ -146,10 +174,10 @@ class ModuleVisitor(ast.NodeVisitor):
             if isinstance(base, Sym) and isinstance(value, Local):
                 # `vllm.mod.f = my_f`, `VllmClass.__init__ = my_init`: the consumer's code runs where vLLM's did.
                 self.found.class_patches.append(ClassPatch(base.path, value.qualname, (target.attr,),
-                                                           self.loc(target), "replace"))
+                                                           self.loc(target), PatchKind.REPLACE))
                 function = self.index.functions.get(value.qualname)
                 self.replacement_touch(target, base.path, target.attr, Replacement(
-                    value.qualname, "replace", from_def(function) if function is not None else None))
+                    value.qualname, PatchKind.REPLACE, from_def(function) if function is not None else None))
             if isinstance(base, SelfOf):
                 info = self.index.classes.get(base.qualname)
                 if info is not None and value is not None:
@@ -157,7 +185,7 @@ class ModuleVisitor(ast.NodeVisitor):
                 elif info is not None and source is not None and not none_literal(source):
                     self.found.attributes.set(info.qualname, target.attr, UNTYPED)
                 if base.worker and info is not None and not self.is_defined(info, target.attr):
-                    self.attribute_touch(target, Ref("worker"), target.attr, store=True)
+                    self.attribute_touch(target, Ref(RefKind.WORKER), target.attr, store=True)
             elif isinstance(base, Obj):
                 self.attribute_touch(target, base.ref, target.attr, store=True)
         elif isinstance(target, (ast.Tuple, ast.List)):
@@ -226,7 +254,7 @@ class ModuleVisitor(ast.NodeVisitor):
                                 fallback=self.fallback, context=self.context()))
             value: Value = Sym(path)
             if alias.name in ("__version__", "__version_tuple__"):
-                value = VersionValue("tuple" if alias.name.endswith("tuple__") else "string")
+                value = VersionValue(VersionForm.TUPLE if alias.name.endswith("tuple__") else VersionForm.STRING)
             self.bind(alias.asname or alias.name, value)
 
     def _absolute(self, node: ast.ImportFrom) -> str | None:
@@ -356,40 +384,41 @@ class ModuleVisitor(ast.NodeVisitor):
         qualname = f"{self.context()}.{node.name}"
         info = self.index.classes.get(qualname)
         others: tuple[str, ...] = ()
-        target, kind = self.patched_target(node), "patch"
+        target, kind = self.patched_target(node), PatchKind.PATCH
         if target is None:
             bases = self.vllm_bases(node)
-            target, kind, others = (bases[0] if bases else None), "subclass", tuple(bases[1:])
+            target, kind, others = (bases[0] if bases else None), PatchKind.SUBCLASS, tuple(bases[1:])
         if info is not None:
             self.super_order[qualname] = tuple(self.base_entry(base) for base in node.bases)
         if target is not None and info is not None:
             self.class_bases[qualname] = target
-            names = info.own_names() if kind == "patch" else self.index.declared_names(info)
+            names = info.own_names() if kind == PatchKind.PATCH else self.index.declared_names(info)
             self.found.class_patches.append(ClassPatch(target, qualname, tuple(sorted(names)), self.loc(node), kind,
                                                        others))
             for name, method in info.methods.items():
-                if kind == "subclass" and name in CONSTRUCTION:
+                if kind == PatchKind.SUBCLASS and name in CONSTRUCTION:
                     continue  # the consumer builds its subclass itself, with its own arguments
                 self.replacement_touch(method, target, name, Replacement(f"{qualname}.{name}", kind, from_def(method)))
         self.bind(node.name, Local(qualname))
         if info is not None:
             self.class_stack.append(info)
-        self.scopes.append(Scope(kind="class", qualname=qualname))
+        self.scopes.append(Scope(kind=ScopeKind.CLASS, qualname=qualname))
         self.visit_block(node.body)
         self.scopes.pop()
         if info is not None:
             self.class_stack.pop()
 
-    def base_entry(self, base: ast.expr) -> tuple[str, str]:
-        """One base as ``super()`` sees it: ("local", qualname), ("vllm", path), ("typing", name) or ("other", text)."""
+    def base_entry(self, base: ast.expr) -> tuple[BaseOrigin, str]:
+        """One base as ``super()`` sees it: the consumer's class by qualname, vLLM's by path, a typing generic or
+        ``object`` by name, or another library's by its text."""
         generic = base.value if isinstance(base, ast.Subscript) else base
         value = self.eval(generic, record=False)
         if isinstance(value, Local):
-            return "local", value.qualname
+            return BaseOrigin.LOCAL, value.qualname
         if isinstance(value, Sym) and is_class_like(value.path):
-            return "vllm", value.path
+            return BaseOrigin.VLLM, value.path
         name = last_name(generic)
-        return ("typing" if name in TYPING_GENERICS or name in ("object", "ABC") else "other"), name
+        return (BaseOrigin.TYPING if name in TYPING_GENERICS or name in ("object", "ABC") else BaseOrigin.OTHER), name
 
     def patched_target(self, node: ast.ClassDef) -> str | None:
         """``class P(Patcher[vllm_thing])`` with ``Patcher`` not vLLM's (the consumer's, or a patching library's)
@@ -421,9 +450,9 @@ class ModuleVisitor(ast.NodeVisitor):
             self.visit_expr(deco)
         qualname = f"{self.context()}.{node.name}"
         self.bind(node.name, Local(qualname))
-        scope = Scope(kind="function", qualname=qualname, local=read_function(node, self.dict_builtin))
+        scope = Scope(kind=ScopeKind.FUNCTION, qualname=qualname, local=read_function(node, self.dict_builtin))
         params = node.args.posonlyargs + node.args.args
-        in_class = self.scopes[-1].kind == "class" and self.class_stack
+        in_class = self.scopes[-1].kind == ScopeKind.CLASS and self.class_stack
         is_static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
         for index, arg in enumerate(params + node.args.kwonlyargs):
             if index == 0 and in_class and not is_static and arg in params:
@@ -444,7 +473,7 @@ class ModuleVisitor(ast.NodeVisitor):
         value = self.visit_expr(node.value)
         self.note_model_patch(node)
         if isinstance(value, Reply) and any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets):
-            self.reply_use(value, "unpack", ast.unparse(node.targets[0]), node)
+            self.reply_use(value, ReplyUseKind.UNPACK, ast.unparse(node.targets[0]), node)
         if value is None:
             value = self.condition_value(node.value)
         for target in node.targets:
@@ -472,7 +501,7 @@ class ModuleVisitor(ast.NodeVisitor):
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         iterated = self.visit_expr(node.iter)
         if isinstance(iterated, Reply):
-            self.reply_use(iterated, "iterate", f"for {ast.unparse(node.target)} in ...", node)
+            self.reply_use(iterated, ReplyUseKind.ITERATE, f"for {ast.unparse(node.target)} in ...", node)
         self.assign(node.target, None)
         self.visit_block(node.body)
         self.visit_block(node.orelse)
@@ -575,14 +604,14 @@ class ModuleVisitor(ast.NodeVisitor):
             base = self.eval(node.value, record)
             self.eval(node.slice, record)
             if isinstance(base, Reply):
-                self.reply_use(base, "index", f"[{ast.unparse(node.slice)}]", node)
+                self.reply_use(base, ReplyUseKind.INDEX, f"[{ast.unparse(node.slice)}]", node)
             return None
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            self.scopes.append(Scope(kind="function", qualname=self.context()))
+            self.scopes.append(Scope(kind=ScopeKind.FUNCTION, qualname=self.context()))
             for gen in node.generators:
                 iterated = self.eval(gen.iter, record)
                 if isinstance(iterated, Reply):
-                    self.reply_use(iterated, "iterate", f"for {ast.unparse(gen.target)} in ...", node)
+                    self.reply_use(iterated, ReplyUseKind.ITERATE, f"for {ast.unparse(gen.target)} in ...", node)
                 self.assign(gen.target, None)
                 for cond in gen.ifs:
                     self.eval(cond, record)
@@ -602,7 +631,7 @@ class ModuleVisitor(ast.NodeVisitor):
         if isinstance(base, Sym):
             if node.attr in ("__version__", "__version_tuple__") and base.path in (
                     self.target, f"{self.target}.version"):
-                return VersionValue("tuple" if node.attr.endswith("tuple__") else "string")
+                return VersionValue(VersionForm.TUPLE if node.attr.endswith("tuple__") else VersionForm.STRING)
             if record and is_class_like(base.path):
                 self.attribute_touch(node, Ref.of_symbol(base.path), node.attr, store=store)
             return Sym(f"{base.path}.{node.attr}")
@@ -631,8 +660,8 @@ class ModuleVisitor(ast.NodeVisitor):
         """Where ``self``'s members that its consumer class does not define come from: vLLM's worker for a worker
         extension, else the vLLM class the consumer class extends or patches."""
         if value.worker:
-            return Ref("worker")
-        return Ref("self", symbol=value.base) if value.base else None
+            return Ref(RefKind.WORKER)
+        return Ref(RefKind.SELF, symbol=value.base) if value.base else None
 
     def attribute_touch(self, node: ast.expr, receiver: Ref, name: str, call: CallShape | None = None,
                         store: bool = False, alias: Alias | None = None, via_super: bool = False) -> None:
@@ -749,7 +778,7 @@ class ModuleVisitor(ast.NodeVisitor):
                                         guards=tuple(self.guards), context=self.context(),
                                         literals=self.call_literals(node)))
                 result = Obj(Ref.of_symbol(value.path).called())
-            elif isinstance(value, Obj) and isinstance(func, ast.Name) and value.ref.kind == "attribute" and \
+            elif isinstance(value, Obj) and isinstance(func, ast.Name) and value.ref.kind == RefKind.ATTRIBUTE and \
                     value.ref.base is not None and value.ref.name:
                 # `step = self.executor.execute_model` ... `step(out)`: the call of the attribute, made here.
                 result = self.method_call(node, func, value.ref.base, value.ref.name, shape, record,
@@ -761,7 +790,7 @@ class ModuleVisitor(ast.NodeVisitor):
             if isinstance(func, ast.Name) and func.id == "len" and node.args:
                 measured = self.eval(node.args[0], record=False)
                 if isinstance(measured, Reply):
-                    self.reply_use(measured, "len", "len(...)", node)
+                    self.reply_use(measured, ReplyUseKind.LEN, "len(...)", node)
         for arg in node.args:
             self.eval(arg.value if isinstance(arg, ast.Starred) else arg, record)
         for kw in node.keywords:
@@ -792,8 +821,8 @@ class ModuleVisitor(ast.NodeVisitor):
         that defines ``name`` (a ``Local``), else ``Obj`` of the vLLM class the nearest base is, which the call
         then touches like ``self.name(...)``; None when a base of another library comes first (it may define it).
         The bases are searched breadth first, the method resolution order of simple hierarchies."""
-        if not self.class_stack or len(self.scopes) < 2 or self.scopes[-1].kind != "function" or \
-                self.scopes[-2].kind != "class" or self.scopes[-2].qualname != self.class_stack[-1].qualname:
+        if not self.class_stack or len(self.scopes) < 2 or self.scopes[-1].kind != ScopeKind.FUNCTION or \
+                self.scopes[-2].kind != ScopeKind.CLASS or self.scopes[-2].qualname != self.class_stack[-1].qualname:
             return None  # not directly in a method of an indexed class (a class made inside a function is not one)
         info = self.class_stack[-1]
         if call.args and not (isinstance(call.args[0], ast.Name) and call.args[0].id == info.node.name):
@@ -802,11 +831,11 @@ class ModuleVisitor(ast.NodeVisitor):
         seen: set[str] = set()
         while queue:
             kind, path = queue.pop(0)
-            if kind == "vllm":
-                return Obj(Ref("self", symbol=path))
-            if kind == "other":
+            if kind == BaseOrigin.VLLM:
+                return Obj(Ref(RefKind.SELF, symbol=path))
+            if kind == BaseOrigin.OTHER:
                 return None
-            if kind != "local" or path in seen or path not in self.index.classes:
+            if kind != BaseOrigin.LOCAL or path in seen or path not in self.index.classes:
                 continue
             seen.add(path)
             current = self.index.classes[path]
@@ -815,13 +844,13 @@ class ModuleVisitor(ast.NodeVisitor):
             queue.extend(self.indexed_base(b) for b in current.bases)
         return None
 
-    def indexed_base(self, qualname: str) -> tuple[str, str]:
+    def indexed_base(self, qualname: str) -> tuple[BaseOrigin, str]:
         """A base of a class from the index (resolved through imports): the consumer's, vLLM's or another's."""
         if qualname in self.index.classes:
-            return "local", qualname
+            return BaseOrigin.LOCAL, qualname
         if self.is_target(qualname) and is_class_like(qualname):
-            return "vllm", qualname
-        return "other", qualname
+            return BaseOrigin.VLLM, qualname
+        return BaseOrigin.OTHER, qualname
 
     def method_call(self, node: ast.Call, func: ast.expr, receiver: Ref, name: str, shape: CallShape, record: bool,
                     alias: Alias | None = None, via_super: bool = False) -> Value:
@@ -861,7 +890,7 @@ class ModuleVisitor(ast.NodeVisitor):
                             receiver=Ref.of_symbol(target), attribute=name, guards=tuple(self.guards),
                             context=self.context(), replacement=replacement))
 
-    def reply_use(self, reply: Reply, kind: str, detail: str, node: ast.AST) -> None:
+    def reply_use(self, reply: Reply, kind: ReplyUseKind, detail: str, node: ast.AST) -> None:
         self.found.reply_uses.setdefault(reply.location, []).append(
             ReplyUse(kind, detail, self.loc(node), self.code(node)))
 
@@ -891,7 +920,7 @@ class ModuleVisitor(ast.NodeVisitor):
             return None
         value = self.eval(annotation, record=False)
         if not isinstance(value, Sym) and isinstance(annotation, ast.Name) and annotation.id in self.type_names:
-            return Obj(Ref("symbol", symbol=self.type_names[annotation.id].path, typing=True).called())
+            return Obj(Ref(RefKind.SYMBOL, symbol=self.type_names[annotation.id].path, typing=True).called())
         if isinstance(value, Sym):
             return Obj(Ref.of_symbol(value.path).called())
         return None

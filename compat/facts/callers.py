@@ -22,7 +22,7 @@ from compat.facts import Fact
 from compat.syntax import FunctionNode, module_name
 from compat.vllm.modules import ModuleInfo
 from compat.vllm.static import StaticSurface
-from compat.vllm.surface import Found
+from compat.vllm.surface import Found, FoundKind
 
 _RPC = ("collective_rpc", "_run_workers", "run_workers")
 
@@ -173,10 +173,10 @@ def _receiver_class(surface: StaticSurface, value: ast.expr, function: ast.AST, 
     else:
         return ""
     for attr in reversed(chain):
-        if not isinstance(found, Found) or found.kind != "class":
+        if not isinstance(found, Found) or found.kind != FoundKind.CLASS:
             return ""
         found = surface.attribute_type(found, attr)
-    return found.path if isinstance(found, Found) and found.kind == "class" else ""
+    return found.path if isinstance(found, Found) and found.kind == FoundKind.CLASS else ""
 
 
 def read(surface: StaticSurface, name: str) -> Callers:

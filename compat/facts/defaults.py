@@ -37,7 +37,7 @@ from compat.signature import ParamKind, Signature
 from compat.syntax import FunctionNode, module_name
 from compat.vllm.definitions import ClassModel, definition
 from compat.vllm.static import StaticSurface
-from compat.vllm.surface import Found
+from compat.vllm.surface import Found, FoundKind
 
 VLLM_CONFIG = "vllm.config.VllmConfig"
 ALL = "*"
@@ -251,7 +251,7 @@ class _Built:
 
 def _build(surface: StaticSurface, class_path: str) -> _Built:
     owner = surface.lookup(class_path)
-    if not isinstance(owner, Found) or owner.kind != "class":
+    if not isinstance(owner, Found) or owner.kind != FoundKind.CLASS:
         return _Built()
     stores: list[tuple[str, _Store]] = []
     ran: list[str] = []
@@ -541,7 +541,7 @@ def read(surface: StaticSurface, class_path: str, readers: str = ALL) -> ConfigD
     if readers:
         return _with_reads(surface, class_path, surface.fact(FACT, class_path, ""), readers)
     owner = surface.lookup(class_path)
-    model = surface.class_model(owner) if isinstance(owner, Found) and owner.kind == "class" else None
+    model = surface.class_model(owner) if isinstance(owner, Found) and owner.kind == FoundKind.CLASS else None
     sig = surface.signature(owner) if model is not None and isinstance(owner, Found) else None
     if model is None or not isinstance(owner, Found) or not isinstance(sig, Signature):
         return ConfigDefaults(class_path, "", loc(owner) if isinstance(owner, Found) else None)
@@ -549,7 +549,7 @@ def read(surface: StaticSurface, class_path: str, readers: str = ALL) -> ConfigD
     params = [p for p in sig.parameters if p.kind not in (ParamKind.VAR_POSITIONAL, ParamKind.VAR_KEYWORD)]
     stores, ran = _stores(surface, owner, None)
     top = surface.lookup(VLLM_CONFIG)
-    if isinstance(top, Found) and top.kind == "class" and top.path != owner.path:
+    if isinstance(top, Found) and top.kind == FoundKind.CLASS and top.path != owner.path:
         stores += _stores(surface, top, attribute)[0]
     copies = _copies(stores, list(_one_line_properties(surface, model)), {p.name for p in params})
     fields = []
@@ -565,7 +565,7 @@ def read(surface: StaticSurface, class_path: str, readers: str = ALL) -> ConfigD
 def _with_reads(surface: StaticSurface, class_path: str, config: ConfigDefaults, readers: str) -> ConfigDefaults:
     """``config`` with the reads of the fields ``readers`` names (and of the fields made from them)."""
     owner = surface.lookup(class_path)
-    model = surface.class_model(owner) if isinstance(owner, Found) and owner.kind == "class" else None
+    model = surface.class_model(owner) if isinstance(owner, Found) and owner.kind == FoundKind.CLASS else None
     if model is None or not config.fields:
         return config
     names = {f.name for f in config.fields}

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from compat.facts import Fact
 from compat.vllm.definitions import ClassModel
 from compat.vllm.static import StaticSurface
-from compat.vllm.surface import Found
+from compat.vllm.surface import Found, FoundKind
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Lineage:
 def class_order(surface: StaticSurface, path: str) -> list[ClassModel] | None:
     """The method resolution order of the build's class ``path`` (the class first); None when it is not one."""
     found = surface.lookup(path)
-    model = surface.class_model(found) if isinstance(found, Found) and found.kind == "class" else None
+    model = surface.class_model(found) if isinstance(found, Found) and found.kind == FoundKind.CLASS else None
     return surface.mro(model)[0] if model is not None else None
 
 

@@ -14,7 +14,7 @@ from compat.signature import Parameter, ParamKind, Signature
 from compat.syntax import call_shape, from_def
 from compat.vllm.definitions import ClassModel, definition
 from compat.vllm.static import StaticSurface
-from compat.vllm.surface import Found
+from compat.vllm.surface import Found, FoundKind
 
 REGISTRY = "vllm.model_executor.models.registry"
 EMBEDDING_METHODS = ("embed_input_ids", "get_input_embeddings")
@@ -145,17 +145,17 @@ def _class_of_value(surface: StaticSurface, value: ast.expr, owner: ClassModel, 
         defined = definition(member)
         if defined is None or defined.owner is None:
             return None
-        if member.kind == "method" and defined.function is not None:
+        if member.kind == FoundKind.METHOD and defined.function is not None:
             for sub in ast.walk(defined.function):
                 if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Call):
                     found = _class_of_value(surface, sub.value, defined.owner, depth + 1)
                     if found is not None:
                         return found
             return None
-        if member.kind == "attribute":
+        if member.kind == FoundKind.ATTRIBUTE:
             target = getattr(defined.node, "value", None)
             resolved = surface.resolve_expr(defined.module, target) if target is not None else None
-            return resolved if isinstance(resolved, Found) and resolved.kind == "class" else None
+            return resolved if isinstance(resolved, Found) and resolved.kind == FoundKind.CLASS else None
         return None
     name = ast.unparse(func).rsplit(".", 1)[-1]
     if name == "init_vllm_registered_model":
@@ -166,7 +166,7 @@ def _class_of_value(surface: StaticSurface, value: ast.expr, owner: ClassModel, 
                     return top_class(surface, str(first.value))
         return None
     resolved = surface.resolve_expr(owner.module, func)
-    return resolved if isinstance(resolved, Found) and resolved.kind == "class" else None
+    return resolved if isinstance(resolved, Found) and resolved.kind == FoundKind.CLASS else None
 
 
 def top_class(surface: StaticSurface, arch: str) -> Found | None:
@@ -174,7 +174,7 @@ def top_class(surface: StaticSurface, arch: str) -> Found | None:
     if entry is None:
         return None
     found = surface.lookup(f"vllm.model_executor.models.{entry[0]}.{entry[1]}")
-    return found if isinstance(found, Found) and found.kind == "class" else None
+    return found if isinstance(found, Found) and found.kind == FoundKind.CLASS else None
 
 
 def _has_layers(surface: StaticSurface, model: ClassModel) -> bool:
@@ -258,14 +258,14 @@ def _is_self_attr(node: ast.expr) -> TypeGuard[ast.Attribute]:
 def _resolve_in(surface: StaticSurface, cls: ClassModel, node: ast.expr) -> Found | None:
     if _is_self_attr(node):
         member = surface.member(cls.found, node.attr)
-        defined = definition(member) if isinstance(member, Found) and member.kind == "attribute" else None
+        defined = definition(member) if isinstance(member, Found) and member.kind == FoundKind.ATTRIBUTE else None
         if defined is not None and defined.owner is not None:
             value = getattr(defined.node, "value", None)
             if value is not None:
                 return _resolve_in(surface, defined.owner, value)
         return None
     found = surface.resolve_expr(cls.module, node)
-    return found if isinstance(found, Found) and found.kind == "class" else None
+    return found if isinstance(found, Found) and found.kind == FoundKind.CLASS else None
 
 
 def _super_keyword(surface: StaticSurface, model: ClassModel, name: str) -> tuple[ast.expr, ClassModel] | None:

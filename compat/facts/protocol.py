@@ -9,7 +9,7 @@ from compat.facts import Fact
 from compat.facts.reading import loc, method, string_of
 from compat.syntax import walk_shallow
 from compat.vllm.static import StaticSurface
-from compat.vllm.surface import Found
+from compat.vllm.surface import Found, FoundKind
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def read(surface: StaticSurface, executor: str, worker: str) -> ProtocolFacts:
     sample_at = loc(sample.found) if sample else None
     worker_found = surface.lookup(worker)
     runner = surface.attribute_type(worker_found, "model_runner") if isinstance(worker_found, Found) else None
-    if not isinstance(runner, Found) or runner.kind != "class":
+    if not isinstance(runner, Found) or runner.kind != FoundKind.CLASS:
         return ProtocolFacts(executor, worker, sample_at, error=f"cannot tell the model runner class of {worker}")
     execute = method(surface, runner, "execute_model")
     if execute is None:

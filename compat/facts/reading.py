@@ -10,7 +10,7 @@ from compat.syntax import FunctionNode
 from compat.vllm.definitions import definition
 from compat.vllm.modules import ModuleInfo
 from compat.vllm.static import StaticSurface
-from compat.vllm.surface import Found
+from compat.vllm.surface import Found, FoundKind
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def loc(found_or_info: Found | ModuleInfo | None, node: ast.AST | None = None) -
 def method(surface: StaticSurface, owner: str | Found, name: str) -> Code | None:
     """A method along the MRO of a class (given by path or Found), or None."""
     found = surface.lookup(owner) if isinstance(owner, str) else owner
-    if not isinstance(found, Found) or found.kind != "class":
+    if not isinstance(found, Found) or found.kind != FoundKind.CLASS:
         return None
     member = surface.member(found, name)
     defined = definition(member) if isinstance(member, Found) else None
@@ -57,7 +57,7 @@ def find_class(surface: StaticSurface, name: str, prefer: str = "") -> Found | N
     candidates = sorted(surface.definitions(name), key=lambda p: (not p.startswith(prefer), len(p)))
     for path in candidates:
         found = surface.lookup(path)
-        if isinstance(found, Found) and found.kind == "class":
+        if isinstance(found, Found) and found.kind == FoundKind.CLASS:
             return found
     return None
 
@@ -106,7 +106,7 @@ def _names_field(surface: StaticSurface, info: ModuleInfo, value: ast.expr) -> t
     else:
         return None
     found = surface.resolve_expr(info, owner)
-    if name is None or not isinstance(found, Found) or found.kind != "class" or \
+    if name is None or not isinstance(found, Found) or found.kind != FoundKind.CLASS or \
             _parameter(surface, found, name) is None:
         return None
     return found, name
@@ -120,7 +120,7 @@ def _made_by(surface: StaticSurface, info: ModuleInfo, factory: ast.expr) -> str
     if not isinstance(factory, ast.Attribute):
         return text
     owner = surface.resolve_expr(info, factory.value)
-    if not isinstance(owner, Found) or owner.kind != "class":
+    if not isinstance(owner, Found) or owner.kind != FoundKind.CLASS:
         return text
     code = method(surface, owner, factory.attr)
     if code is None:

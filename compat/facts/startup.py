@@ -10,7 +10,7 @@ from compat.facts import Fact
 from compat.facts.reading import loc, method
 from compat.vllm.modules import ModuleInfo
 from compat.vllm.static import StaticSurface
-from compat.vllm.surface import Found
+from compat.vllm.surface import Found, FoundKind
 
 ENGINE_CORE = "vllm.v1.engine.core.EngineCore"
 
@@ -128,7 +128,7 @@ def _step(surface: StaticSurface, call: ast.Call, info: ModuleInfo) -> Step | No
         return Step(StepKind.RPC, sent, at)
     if isinstance(call.func, ast.Name):
         found = surface.resolve_expr(info, call.func)
-        if isinstance(found, Found) and found.kind == "function" and not found.path.startswith(_SKIP_MODULES):
+        if isinstance(found, Found) and found.kind == FoundKind.FUNCTION and not found.path.startswith(_SKIP_MODULES):
             return Step(StepKind.FUNCTION, call.func.id, at, found.path)
     return None
 

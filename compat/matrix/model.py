@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compat import __version__
-from compat.findings import Finding
+from compat.findings import Finding, Status
 from compat.policy import DEFAULT, FailOn, fails
 
 SCHEMA = "compat.matrix/1"
@@ -40,7 +40,7 @@ class Column:
 
 @dataclass(frozen=True)
 class Cell:
-    status: str
+    status: Status
     message: str
     vllm_location: str | None = None
     fix: str | None = None
@@ -48,7 +48,7 @@ class Cell:
 
     @staticmethod
     def of(finding: Finding) -> Cell:
-        return Cell(finding.status.value, finding.message, finding.vllm_location, finding.fix,
+        return Cell(finding.status, finding.message, finding.vllm_location, finding.fix,
                     finding.evidence.as_dict())
 
 
@@ -102,9 +102,9 @@ class Row:
             cell = self.cells.get(column.label)
             if cell is None:
                 continue
-            if cell.status != "error" and fails(cell.status, fail_on):
+            if cell.status != Status.ERROR and fails(cell.status, fail_on):
                 return column.label, last_ok
-            if cell.status == "ok":
+            if cell.status == Status.OK:
                 last_ok = column.label
         return None, last_ok
 
@@ -121,9 +121,9 @@ class Row:
             cell = self.cells.get(label)
             if cell is None:
                 continue
-            if fixed is None and cell.status == "ok":
+            if fixed is None and cell.status == Status.OK:
                 fixed = label
-            elif fixed is not None and cell.status != "error" and fails(cell.status, fail_on):
+            elif fixed is not None and cell.status != Status.ERROR and fails(cell.status, fail_on):
                 again = label
                 break
         return Story(bad, good, before, fixed, again)
@@ -220,10 +220,10 @@ def regressions(previous: Matrix, current: Matrix, fail_on: FailOn = DEFAULT) ->
         if old is None:
             continue
         for label, cell in row.cells.items():
-            if cell.status == "error" or not fails(cell.status, fail_on):
+            if cell.status == Status.ERROR or not fails(cell.status, fail_on):
                 continue
             was = old.cells.get(label) or (old.cells.get(newest) if newest else None)
-            if was is not None and was.status == "ok":
+            if was is not None and was.status == Status.OK:
                 found.append(f"{row.probe} {row.touchpoint} ({row.location}) breaks in {label}, fine in the previous "
                              f"run: {cell.message}")
     return found

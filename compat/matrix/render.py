@@ -7,6 +7,7 @@ import shutil
 import textwrap
 from xml.sax.saxutils import escape, quoteattr
 
+from compat.findings import Status
 from compat.matrix.model import BLANK, LEGEND, STORY, Matrix, Row
 
 MARK = {"ok": ".", "broken": "B", "changed": "C", "unknown": "?", "error": "E"}
@@ -194,14 +195,14 @@ def junit(matrix: Matrix) -> str:
                 continue
             name = quoteattr(f"{row.touchpoint} @ {row.location or '-'}")
             body = ""
-            if cell.status in ("broken", "changed"):
+            if cell.status in (Status.BROKEN, Status.CHANGED):
                 failures += 1
                 body = f"<failure message={quoteattr(cell.message[:500])} type={quoteattr(cell.status)}>" \
                        f"{escape(cell.message)}{escape(chr(10) + 'fix: ' + cell.fix) if cell.fix else ''}</failure>"
-            elif cell.status == "error":
+            elif cell.status == Status.ERROR:
                 errors += 1
                 body = f"<error message={quoteattr(cell.message[:500])}>{escape(cell.message)}</error>"
-            elif cell.status == "unknown":
+            elif cell.status == Status.UNKNOWN:
                 skipped += 1
                 body = f"<skipped message={quoteattr(cell.message[:500])}/>"
             cases.append(f'    <testcase classname={quoteattr(row.probe)} name={name}>{body}</testcase>')

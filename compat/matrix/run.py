@@ -18,6 +18,7 @@ from compat.audit.pipeline import AuditOptions, Auditor
 from compat.cache import cache_dir
 from compat.consumer.model import Scan
 from compat.errors import CompatError
+from compat.findings import Status
 from compat.matrix import builds
 from compat.matrix.builds import Request
 from compat.matrix.model import Cell, Column, Matrix, Row
@@ -145,7 +146,7 @@ def audit_all(scan: Scan, opened: Iterable[tuple[Column, OpenedBuild | None]], o
     for column in columns:
         if column.error:
             for row in rows.values():
-                row.cells[column.label] = Cell("error", f"build {column.label} could not be read: {column.error}")
+                row.cells[column.label] = Cell(Status.ERROR, f"build {column.label} could not be read: {column.error}")
     ordered = sorted(rows.values(), key=lambda r: (r.probe, r.location or "", r.touchpoint))
     return Matrix(scan.name, scan.version, columns, ordered, notes, list(dict.fromkeys(cache)))
 

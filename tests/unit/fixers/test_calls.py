@@ -69,7 +69,7 @@ POSITIONAL = IMPORT + "def make():\n    return SchedulerConfig(4, False, 3)\n"
 def test_calls(fixing, source, new, edited, notes, unhandled):
     ctx = fixing.context({"pkg/run.py": source}, {"0.1.0": OLD, "0.2.0": new}, PROBE)
     plan = FIXER.plan(ctx)
-    failing = [f for _, f in ctx.failing("call")]
+    failing = [f for _, f in ctx.failing(PROBE)]
     assert bool(failing) == (new is not OLD)
     if unhandled:
         assert [u.reason for u in plan.unhandled if unhandled in u.reason], [u.reason for u in plan.unhandled]

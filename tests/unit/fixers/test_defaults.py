@@ -53,7 +53,7 @@ ALIASED = CONSUMER.replace("import SchedulerConfig", "import SchedulerConfig as 
 def test_each_changed_default(fixing, consumer, field, outcome, says):
     ctx = fixing.context({"pkg/run.py": consumer}, {"0.1.0": OLD, "0.2.0": NEW}, PROBE, written_for=OLD)
     symbol = f"vllm.config.SchedulerConfig.{field}"
-    [(build, finding)] = [(b, f) for b, f in ctx.failing("defaults") if f.symbol == symbol]
+    [(build, finding)] = [(b, f) for b, f in ctx.failing(PROBE) if f.symbol == symbol]
     assert build.version == "0.2.0"
     plan = FIXER.plan(ctx)
     got = {"claimed": [c for c in plan.claims if c.covers(finding)],
@@ -79,4 +79,4 @@ def test_a_switch_kept_off_routes_the_config_through_the_shim(fixing):
 
 def test_nothing_changed_plans_nothing(fixing):
     ctx = fixing.context({"pkg/run.py": CONSUMER}, {"0.1.0": OLD, "0.1.1": OLD}, PROBE, written_for=OLD)
-    assert not ctx.failing("defaults") and FIXER.plan(ctx).empty
+    assert not ctx.failing(PROBE) and FIXER.plan(ctx).empty

@@ -50,7 +50,7 @@ def test_moved_imports(fixing, files, builds, routed, left, unhandled):
     for rel, kept in left.items():
         assert rel not in edited
         assert kept in (ctx.root / rel).read_text()
-    failing = [f for _, f in ctx.failing("import")]
+    failing = [f for _, f in ctx.failing(PROBE)]
     assert [covers(plan, f) for f in failing] == [bool(routed)] * len(failing)
     assert bool(failing) == (builds is not BUILDS_SAME)
     if routed:
