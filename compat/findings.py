@@ -23,7 +23,7 @@ class Status(StrEnum):
 
 
 class FindingKind(StrEnum):
-    """What a finding is about (``Finding.kind``): a touchpoint of one of ``compat.consumer.model.Kind``'s kinds,
+    """What a finding is about (``Finding.kind``): a touchpoint of one of ``compat.consumer.result.Kind``'s kinds,
     or one of the build-level concerns."""
 
     IMPORT = "import"

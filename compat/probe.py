@@ -13,7 +13,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, TypeVar, cast
 
-from compat.consumer.model import ClassPatch, ConsumerClass, Kind, PatchKind, Ref, RefKind, Scan, TouchPoint
+from compat.consumer.result import ClassPatch, ConsumerClass, Kind, PatchKind, Ref, RefKind, Scan, TouchPoint
 from compat.facts import Fact
 from compat.facts.lineage import FACT as LINEAGE
 from compat.findings import Evidence, Finding, FindingKind, Place, Status

@@ -16,7 +16,7 @@ import compat.probes.calls as calls_probe
 import compat.probes.imports as imports_probe
 from packaging.version import Version
 
-from compat.consumer.model import Kind, TouchPoint
+from compat.consumer.result import Kind, TouchPoint
 from compat.errors import CompatError
 from compat.facts import arguments
 from compat.findings import Finding

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import compat.probes.models as models_probe
 
-from compat.consumer.model import Kind, ModelPatch
+from compat.consumer.result import Kind, ModelPatch
 from compat.errors import CompatError
-from compat.facts import models
+from compat.facts import architectures
 from compat.fix.context import FixContext
 from compat.fix.edits import ReplaceStatements
 from compat.fix.fixer import Fixer
@@ -247,7 +247,7 @@ class LayerHooks(Fixer):
             plan.notes.append(f"{patch.location}: the replacement forward {patch.function.rpartition('.')[2]} is "
                               "replaced by forward hooks on the decoder layers (the build's own forward runs)")
         if plan.edits:
-            paths = sorted({tuple(b.fact(models.FACT, arch).path or ()) for b in ctx.builds
+            paths = sorted({tuple(b.fact(architectures.FACT, arch).path or ()) for b in ctx.builds
                             for arch in _architectures(failing)} - {()})
             plan.pieces.append(ShimPiece("capture:layers", f"_STACK_PATHS = {tuple(paths)!r}\n\n{CODE}",
                                          "decoder layers observed by hooks; the stack found through the wrappers "

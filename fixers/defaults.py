@@ -21,7 +21,7 @@ import re
 
 import compat.probes.defaults as defaults_probe
 
-from compat.consumer.model import Kind
+from compat.consumer.result import Kind
 from compat.findings import Finding
 from compat.fix.context import FixContext
 from compat.fix.edits import RouteImport

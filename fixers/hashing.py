@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import compat.probes.block_hashing as block_hashing_probe
 
-from compat.consumer.model import Kind
+from compat.consumer.result import Kind
 from compat.fix.context import FixContext, span
 from compat.fix.edits import RouteImport
 from compat.fix.fixer import Fixer

@@ -11,7 +11,7 @@ from __future__ import annotations
 import compat.probes.calls as calls_probe
 import compat.probes.imports as imports_probe
 
-from compat.consumer.model import Kind
+from compat.consumer.result import Kind
 from compat.errors import CompatError
 from compat.findings import Finding
 from compat.fix.context import FixContext, span

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 
-from compat.consumer.model import Kind
+from compat.consumer.result import Kind
 from compat.errors import CompatError
 from compat.fix.context import FixContext
 from compat.fix.edits import InsertAfter

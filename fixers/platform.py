@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from compat.consumer.model import Kind
+from compat.consumer.result import Kind
 from compat.fix.context import FixContext
 from compat.fix.edits import ReplaceStatements, RouteCall, RouteImport
 from compat.fix.fixer import Fixer

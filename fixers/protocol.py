@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import compat.probes.protocol as protocol_probe
 
-from compat.consumer.model import Kind, TouchPoint
+from compat.consumer.result import Kind, TouchPoint
 from compat.fix.context import FixContext, span
 from compat.fix.edits import RouteCall
 from compat.fix.fixer import Fixer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import compat.probes.reply_shape as reply_shape_probe
 
-from compat.consumer.model import Kind
+from compat.consumer.result import Kind
 from compat.facts import replies
 from compat.fix.context import FixContext
 from compat.fix.edits import RouteCall

@@ -30,7 +30,7 @@ import compat.probes.models as models_probe
 import compat.probes.steps as steps_probe
 from compat.fixers.protocol import CODE as EXECUTE_MODEL
 
-from compat.consumer.model import Finishes, Kind, StepLoop
+from compat.consumer.result import Finishes, Kind, StepLoop
 from compat.fix.context import FixContext
 from compat.fix.edits import InsertAfter, InsertBefore, ReplaceStatements
 from compat.fix.fixer import Fixer

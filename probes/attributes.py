@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import replace
 
-from compat.consumer.model import Kind, RefKind, TouchPoint
+from compat.consumer.result import Kind, RefKind, TouchPoint
 from compat.facts.abstract import ABSTRACT_METHODS
 from compat.facts.abstract import FACT as ABSTRACT
 from compat.findings import Evidence, Finding, Status

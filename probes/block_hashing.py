@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from compat.consumer.model import Kind, TouchPoint
+from compat.consumer.result import Kind, TouchPoint
 from compat.facts import hashing
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compat.consumer.model import Kind, Ref, RefKind, TouchPoint
+from compat.consumer.result import Kind, Ref, RefKind, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import ConsumerDefined, Probe, ProbeContext
 from compat.signature import BindCode, BindProblem, Signature, diff

@@ -7,7 +7,7 @@ from dataclasses import replace
 from enum import Enum
 from typing import Any
 
-from compat.facts import hashing, models, observed, protocol, replies, startup
+from compat.facts import architectures, hashing, observed, protocol, replies, startup
 from compat.findings import Confirmation, Evidence, Finding, FindingKind, Status
 from compat.probe import Probe, ProbeContext
 
@@ -51,7 +51,7 @@ class ConfirmProbe(Probe):
             if check.model is None:
                 yield self._failed(f"model {arch}", check.run, ("model",))
                 continue
-            yield from self._model(ctx.fact(models.FACT, arch), arch, check.model)
+            yield from self._model(ctx.fact(architectures.FACT, arch), arch, check.model)
         listed = {s.name for s in ctx.fact(startup.FACT).steps
                   if s.kind in (startup.StepKind.EXECUTOR, startup.StepKind.FUNCTION)}
         taken = list(engine.startup_calls)
@@ -60,7 +60,7 @@ class ConfirmProbe(Probe):
                             [], missed, extra=(("taken", ", ".join(taken)),
                                                ("listed_not_taken", ", ".join(sorted(listed - set(taken))))))
 
-    def _model(self, static: models.ModelFacts, arch: str, model: observed.ModelSeen) -> Iterable[Finding]:
+    def _model(self, static: architectures.ModelFacts, arch: str, model: observed.ModelSeen) -> Iterable[Finding]:
         layer = static.layer
         for label, static_value, runtime_value in (
                 ("path to the decoder stack", _list(static.path), _list(model.path)),

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
-from compat.consumer.model import Kind, TouchPoint
+from compat.consumer.result import Kind, TouchPoint
 from compat.facts import defaults
 from compat.facts.defaults import ConfigDefaults, FieldDefault, Read, short
 from compat.findings import Evidence, Finding, Status

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from compat.consumer.model import Kind, TouchPoint
+from compat.consumer.result import Kind, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import ConsumerDefined, Probe, ProbeContext
 from compat.vllm.surface import Found, FoundKind, Missing, Unresolved, relocated

@@ -20,7 +20,7 @@ from enum import StrEnum
 
 from compat.probes.rpc import RPC_WRAPPERS
 
-from compat.consumer.model import ClassPatch, PatchKind
+from compat.consumer.result import ClassPatch, PatchKind
 from compat.facts.abstract import FACT as INTERFACE
 from compat.facts.abstract import HOOKS
 from compat.facts.callers import FACT as CALLERS

@@ -5,8 +5,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from compat.consumer.model import Kind, ModelPatch, Ref, RefKind
-from compat.facts import models
+from compat.consumer.result import Kind, ModelPatch, Ref, RefKind
+from compat.facts import architectures
+from compat.facts.architectures import ModelFacts
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.location import Location
 from compat.probe import Probe, ProbeContext
@@ -38,7 +39,7 @@ class ModelConventionProbe(Probe):
     def run(self, ctx: ProbeContext) -> Iterable[Finding]:
         for patch in ctx.scan.model_patches:
             for arch in ctx.architectures:
-                facts = ctx.fact(models.FACT, arch)
+                facts = ctx.fact(architectures.FACT, arch)
                 yield from self.judge(ctx, patch, arch, facts)
 
     def _finding(self, patch: ModelPatch, arch: str, aspect: str, status: Status, message: str,
@@ -49,7 +50,7 @@ class ModelConventionProbe(Probe):
                        evidence or Evidence(), fix, kind=FindingKind.MODEL, code=patch.code,
                        touchpoint=f"{patch.function}@{arch}:{aspect}", place=Place.at(at))
 
-    def judge(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:
+    def judge(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: ModelFacts) -> Iterable[Finding]:
         if not facts.registered:
             yield self._finding(patch, arch, "registry", Status.UNKNOWN,
                                 f"{arch} is not in this build's model registry; the consumer cannot run it here", None)
@@ -63,7 +64,7 @@ class ModelConventionProbe(Probe):
         yield from self._forward_signature(patch, arch, facts)
         yield from self._eagle3(ctx, patch, arch, facts)
 
-    def _path(self, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Finding:
+    def _path(self, patch: ModelPatch, arch: str, facts: architectures.ModelFacts) -> Finding:
         mine, theirs = consumer_path(patch.target), list(facts.path or ())
         build_path = ".".join(["model", *theirs])
         evidence = Evidence(audited=f"{facts.cls} -> {build_path} ({facts.base})")
@@ -80,7 +81,7 @@ class ModelConventionProbe(Probe):
                              f"({facts.base})", facts.class_at, evidence=evidence,
                              fix=f"reach the decoder stack as {build_path} for {arch}")
 
-    def _members(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:
+    def _members(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: ModelFacts) -> Iterable[Finding]:
         assigned = {tp.attribute for tp in ctx.scan.touchpoints if tp.kind == Kind.ATTRIBUTE and tp.store
                     and tp.receiver == patch.target}
         members = set(facts.base_members)
@@ -94,7 +95,7 @@ class ModelConventionProbe(Probe):
                                     f"{facts.base}.{use.name} exists", facts.base_at, use.location)
                 continue
             close = difflib.get_close_matches(use.name, list(members), n=1, cutoff=0.5)
-            if use.name in models.EMBEDDING_METHODS:
+            if use.name in architectures.EMBEDDING_METHODS:
                 close = list(facts.embedding) or close
             yield self._finding(
                 patch, arch, f"member:{use.name}", Status.BROKEN,
@@ -103,7 +104,7 @@ class ModelConventionProbe(Probe):
                 Evidence(audited=", ".join(f"{k} ({v})" for k, v in facts.embedding.items()) or None),
                 fix=f"use self.{close[0]}" if close else None)
 
-    def _layer_call(self, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:
+    def _layer_call(self, patch: ModelPatch, arch: str, facts: ModelFacts) -> Iterable[Finding]:
         layer, build_call = facts.layer, facts.layer_call
         if not patch.layer_calls:
             return
@@ -142,7 +143,7 @@ class ModelConventionProbe(Probe):
                             f"{layer.forward} and passes what the build passes", layer.at, call.location,
                             evidence)
 
-    def _forward_signature(self, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:
+    def _forward_signature(self, patch: ModelPatch, arch: str, facts: ModelFacts) -> Iterable[Finding]:
         mine = _signature(patch)
         top_call, base_forward = facts.top_calls_base, facts.base_forward
         if top_call is not None:
@@ -165,7 +166,7 @@ class ModelConventionProbe(Probe):
         yield self._finding(patch, arch, "forward", Status.OK, "the replacement forward accepts what the build "
                             "passes to the base model", base_forward.at if base_forward else None, patch.definition)
 
-    def _eagle3(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: models.ModelFacts) -> Iterable[Finding]:
+    def _eagle3(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: ModelFacts) -> Iterable[Finding]:
         checks = [tp for tp in ctx.scan.touchpoints if tp.kind == Kind.CALL and tp.symbol.endswith("supports_eagle3")]
         if not checks:
             return
@@ -176,7 +177,7 @@ class ModelConventionProbe(Probe):
             yield self._finding(patch, arch, "eagle3", Status.OK, f"{facts.cls} is marked SupportsEagle3, so the "
                                 "consumer's supports_eagle3() check accepts it", facts.class_at, checks[0].location)
         else:
-            then = ctx.fact(models.FACT, arch, surface=ctx.written_for) if ctx.written_for is not None else (
+            then = ctx.fact(architectures.FACT, arch, surface=ctx.written_for) if ctx.written_for is not None else (
                 facts if ctx.scan.written_for == ctx.surface.build.version else None)  # this is that build
             message = (f"{facts.cls} does not implement SupportsEagle3 in this build (missing "
                        f"{', '.join(facts.eagle3_missing)}): the consumer's supports_eagle3() check rejects the model")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from compat.consumer.model import Kind, PatchKind, TouchPoint
+from compat.consumer.result import Kind, PatchKind, TouchPoint
 from compat.facts.abstract import ABSTRACT_METHODS
 from compat.facts.callers import FACT as CALLERS
 from compat.facts.callers import CallSite

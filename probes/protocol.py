@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compat.consumer.model import Kind, RefKind, TouchPoint
+from compat.consumer.result import Kind, RefKind, TouchPoint
 from compat.facts import protocol
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compat.consumer.model import Kind, RefKind, ReplyUseKind, TouchPoint
+from compat.consumer.result import Kind, RefKind, ReplyUseKind, TouchPoint
 from compat.facts import replies
 from compat.facts.replies import ReplyShape
 from compat.findings import Evidence, Finding, Status

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compat.consumer.model import ConsumerClass, Kind, TouchPoint
+from compat.consumer.result import ConsumerClass, Kind, TouchPoint
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.vllm.surface import Found, Unresolved

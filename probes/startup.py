@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import partial
 
-from compat.consumer.model import Kind, TouchPoint
+from compat.consumer.result import Kind, TouchPoint
 from compat.facts import hashing, startup
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from compat.consumer.model import Finishes, Kind, StepLoop
+from compat.consumer.result import Finishes, Kind, StepLoop
 from compat.facts import scheduling
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext

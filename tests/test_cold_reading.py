@@ -1,6 +1,6 @@
 """What keeps a cold audit fast without changing an answer: the collector paused while parse trees are built,
 the build's files read once, a class's ``self.`` assignments walked only as far as needed, definitions found by
-name (``compat/syntax.py``, ``compat/vllm/modules.py``, ``compat/vllm/static.py``)."""
+name (``compat/syntax.py``, ``compat/vllm/modules.py``, ``compat/vllm/classes.py``)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from compat.audit.pipeline import AuditOptions
 from compat.consumer.scan import scan_tree
 from compat.matrix import bisect as bisection
 from compat.matrix.cli import main as matrix_main
-from compat.matrix.model import Cell, Column, Matrix, Row, regressions
 from compat.matrix.render import render
+from compat.matrix.result import Cell, Column, Matrix, Row, regressions
 from compat.matrix.run import Request, run
 from compat.policy import FailOn
 

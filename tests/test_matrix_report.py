@@ -18,8 +18,8 @@ import pytest
 from compat import sources
 from compat.audit.pipeline import AuditOptions
 from compat.consumer.scan import scan_tree
-from compat.matrix.model import Cell, Column, Matrix, Row
 from compat.matrix.render import render
+from compat.matrix.result import Cell, Column, Matrix, Row
 from compat.matrix.run import Request, run
 from compat.policy import DEFAULT, fails
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compat.facts import models
+from compat.facts import architectures
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import BuildInfo
 
@@ -65,7 +65,7 @@ def test_a_layer_class_passed_to_super_init_is_resolved_where_it_is_passed(tmp_p
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     surface = StaticSurface(tmp_path, BuildInfo("vllm", "0.0.0", "test tree", "static", str(tmp_path)))
-    facts = models.read(surface, "Qwen3ForCausalLM")
+    facts = architectures.read(surface, "Qwen3ForCausalLM")
     assert facts.path == ("model",) and facts.base == "vllm.model_executor.models.qwen3.Qwen3Model"
     assert facts.layer is not None and facts.layer.cls == "vllm.model_executor.models.qwen3.Qwen3DecoderLayer"
     assert [p.name for p in facts.layer.parameters] == ["positions", "hidden_states", "residual", "extra"]

@@ -8,7 +8,7 @@ import pytest
 
 import compat.probes as probes
 from compat.audit.pipeline import run_probes
-from compat.consumer.model import Kind
+from compat.consumer.result import Kind
 from compat.consumer.scan import scan_tree
 from compat.findings import Status
 from compat.probe import Probe, ProbeContext
@@ -23,7 +23,7 @@ def test_registry_finds_a_new_probe_module_without_other_changes(tmp_path, monke
     (extra / "always_unknown.py").write_text(textwrap.dedent("""
         from compat.findings import Status
         from compat.probe import Probe
-        from compat.consumer.model import Kind
+        from compat.consumer.result import Kind
 
         class Unknown(Probe):
             def check(self, ctx, tp):

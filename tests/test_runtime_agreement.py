@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compat.consumer.model import Kind, Ref
+from compat.consumer.result import Kind, Ref
 from compat.probe import ProbeContext
 from compat.signature import Signature
 from compat.vllm.surface import Found

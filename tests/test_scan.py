@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from compat.consumer.guards import Imports, Not, VersionCmp, evaluate
-from compat.consumer.model import Kind
+from compat.consumer.result import Kind
 from compat.consumer.scan import scan_tree
 from compat.sources import tree_from_path
 

@@ -14,7 +14,7 @@ import pytest
 from compat.fixers.protocol import FIXER as PROTOCOL_FIXER
 
 from compat.audit.pipeline import AuditOptions, Auditor
-from compat.consumer.model import Kind
+from compat.consumer.result import Kind
 from compat.fix.context import AuditedBuild, FixContext, Shim
 from compat.fix.edits import RouteCall
 from compat.vllm.builds import OpenedBuild

@@ -15,8 +15,8 @@ from pathlib import Path
 from compat.audit import allowlist
 from compat.audit.result import AuditResult
 from compat.consumer.guards import GuardExpr, HasAttr, Imports, evaluate, render
-from compat.consumer.model import Scan, TouchPoint
 from compat.consumer.pins import resolve_pin
+from compat.consumer.result import Scan, TouchPoint
 from compat.consumer.scan import cached_scan
 from compat.consumer.source import open_consumer
 from compat.errors import CompatError

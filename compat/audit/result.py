@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from compat import __version__
-from compat.consumer.model import Scan
+from compat.consumer.result import Scan
 from compat.findings import Finding
 from compat.policy import DEFAULT, FailOn, Verdict
 from compat.report import build_label

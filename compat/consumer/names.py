@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from compat.consumer.model import Alias
+from compat.consumer.result import Alias
 from compat.syntax import FunctionNode, called_name
 
 INDIRECT_CALLERS = ("Process", "Thread")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 
 from compat.consumer.index import ConsumerIndex
-from compat.consumer.model import ModelPatch, SelfUse
 from compat.consumer.record import ForwardReplacement
+from compat.consumer.result import ModelPatch, SelfUse
 from compat.location import Location
 from compat.syntax import call_shape
 

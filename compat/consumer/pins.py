@@ -23,7 +23,7 @@ from packaging.specifiers import Specifier
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from compat.consumer.model import Pin, PinKind, Scan
+from compat.consumer.result import Pin, PinKind, Scan
 from compat.errors import CompatError
 
 

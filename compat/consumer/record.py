@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compat.consumer.model import ClassPatch, Ref, ReplyUse, TouchPoint
+from compat.consumer.result import ClassPatch, Ref, ReplyUse, TouchPoint
 from compat.consumer.values import ClassAttributes
 from compat.location import Location
 

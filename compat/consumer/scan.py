@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from compat.consumer.index import ConsumerIndex, ConsumerModule
-from compat.consumer.model import ConsumerClass, Kind, ReplyUse, Scan, ScanProblem
 from compat.consumer.patches import model_patch
 from compat.consumer.pins import choose_pin, written_for
 from compat.consumer.record import ForwardReplacement, ModuleRecord
+from compat.consumer.result import ConsumerClass, Kind, ReplyUse, Scan, ScanProblem
 from compat.consumer.state import class_state
 from compat.consumer.steps import step_loops
 from compat.consumer.values import ClassAttributes

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 
 from compat.consumer.index import ConsumerModule
-from compat.consumer.model import Finishes, StepLoop
+from compat.consumer.result import Finishes, StepLoop
 from compat.location import Location
 from compat.syntax import walk_shallow
 

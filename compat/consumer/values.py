@@ -7,8 +7,8 @@ from enum import StrEnum
 from typing import Any
 
 from compat.consumer.guards import GuardExpr, VersionForm
-from compat.consumer.model import Ref
 from compat.consumer.names import FunctionNames
+from compat.consumer.result import Ref
 from compat.location import Location
 
 

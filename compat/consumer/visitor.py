@@ -16,20 +16,6 @@ from enum import StrEnum
 from compat.consumer.conditions import ConditionReader
 from compat.consumer.guards import GuardExpr, Imports, Not, VersionForm, involves_target
 from compat.consumer.index import ConsumerIndex, ConsumerModule, IndexedClass
-from compat.consumer.model import (
-    Alias,
-    ClassPatch,
-    Fallback,
-    Guard,
-    Kind,
-    PatchKind,
-    Ref,
-    RefKind,
-    Replacement,
-    ReplyUse,
-    ReplyUseKind,
-    TouchPoint,
-)
 from compat.consumer.names import INDIRECT_CALLERS, Spread, binds_anywhere, literal_spread, read_function
 from compat.consumer.nodes import (
     CONSTRUCTION,
@@ -47,6 +33,20 @@ from compat.consumer.nodes import (
     rpc_method,
 )
 from compat.consumer.record import ForwardReplacement, ModuleRecord
+from compat.consumer.result import (
+    Alias,
+    ClassPatch,
+    Fallback,
+    Guard,
+    Kind,
+    PatchKind,
+    Ref,
+    RefKind,
+    Replacement,
+    ReplyUse,
+    ReplyUseKind,
+    TouchPoint,
+)
 from compat.consumer.values import (
     UNTYPED,
     ClassAttributes,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from compat.consumer.model import Scan, TouchPoint
+from compat.consumer.result import Scan, TouchPoint
 from compat.facts import Fact
 from compat.findings import Finding, Status
 from compat.probe import Probe

@@ -20,8 +20,8 @@ import libcst as cst
 from compat import buildspec
 from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
 from compat.cache import atomic_write_text
-from compat.consumer.model import Kind, Scan
 from compat.consumer.pins import resolve_pin
+from compat.consumer.result import Kind, Scan
 from compat.consumer.scan import scan_tree
 from compat.consumer.source import open_consumer
 from compat.errors import CompatError

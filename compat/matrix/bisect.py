@@ -26,10 +26,10 @@ from compat import policy
 from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
 from compat.cache import cache_dir
 from compat.cli import guarded
-from compat.consumer.model import Scan
+from compat.consumer.result import Scan
 from compat.errors import CompatError
 from compat.findings import Finding
-from compat.matrix.model import row_key
+from compat.matrix.result import row_key
 from compat.report.escaping import escaped
 from compat.sources import index
 from compat.vllm.builds import open_build

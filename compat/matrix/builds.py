@@ -20,7 +20,7 @@ from packaging.version import InvalidVersion, Version
 from compat import buildspec
 from compat.buildspec import BuildSpec, Form
 from compat.errors import CompatError, UnknownVersion
-from compat.matrix.model import Column
+from compat.matrix.result import Column
 from compat.sources import index, remote
 
 

@@ -17,8 +17,8 @@ from compat.cache import atomic_write_text, cache_dir
 from compat.cli import guarded, printable
 from compat.errors import CompatError
 from compat.matrix.builds import resolved
-from compat.matrix.model import Matrix, regressions
 from compat.matrix.render import FORMATS, render
+from compat.matrix.result import Matrix, regressions
 from compat.matrix.run import FETCH_WORKERS, Request, cache_bytes
 from compat.matrix.run import run as run_matrix
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 
-from compat.matrix.model import BLANK, LEGEND, Matrix
+from compat.matrix.result import BLANK, LEGEND, Matrix
 
 _STYLE = """
 body{font:13px/1.4 system-ui,sans-serif;margin:16px;color:#222}

@@ -8,7 +8,7 @@ import textwrap
 from xml.sax.saxutils import escape, quoteattr
 
 from compat.findings import Status
-from compat.matrix.model import BLANK, LEGEND, STORY, Matrix, Row
+from compat.matrix.result import BLANK, LEGEND, STORY, Matrix, Row
 
 MARK = {"ok": ".", "broken": "B", "changed": "C", "unknown": "?", "error": "E"}
 COLOR = {"ok": "32", "broken": "31;1", "changed": "33;1", "unknown": "90", "error": "35;1"}

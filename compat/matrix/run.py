@@ -16,12 +16,12 @@ from packaging.version import Version
 
 from compat.audit.pipeline import AuditOptions, Auditor
 from compat.cache import cache_dir
-from compat.consumer.model import Scan
+from compat.consumer.result import Scan
 from compat.errors import CompatError
 from compat.findings import Status
 from compat.matrix import builds
 from compat.matrix.builds import Request
-from compat.matrix.model import Cell, Column, Matrix, Row
+from compat.matrix.result import Cell, Column, Matrix, Row
 from compat.vllm.builds import OpenedBuild, open_build
 
 FETCH_WORKERS = 8

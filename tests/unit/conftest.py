@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from compat.audit.pipeline import run_probes
-from compat.consumer.model import Scan
+from compat.consumer.result import Scan
 from compat.consumer.scan import scan_tree
 from compat.findings import Finding
 from compat.probe import Probe, ProbeContext
