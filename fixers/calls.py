@@ -130,7 +130,7 @@ class CallAdapter(Fixer):
         for location, pairs in ctx.by_location(ctx.failing(calls_probe.PROBE)).items():
             for symbol in sorted({f.symbol for _, f in pairs}):
                 finding = next(f for _, f in pairs if f.symbol == symbol)
-                tp = ctx.touchpoint(location, Kind.CALL.value)
+                tp = ctx.touchpoint(location, Kind.CALL, symbol)
                 try:
                     self._adapt(ctx, plan, tp, symbol, [b for b, f in pairs if f.symbol == symbol])
                 except CompatError as exc:

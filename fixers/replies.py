@@ -117,7 +117,7 @@ class RankReplies(Fixer):
         not_lists = sorted(v for v, shape in shapes.items() if shape != replies.ReplyShape.LIST)
         for location, pairs in ctx.by_location(failing).items():
             finding = pairs[0][1]
-            tp = ctx.touchpoint(location, Kind.RPC.value)
+            tp = ctx.touchpoint(location, Kind.RPC)
             if not_lists:
                 plan.unhandled.append(Unhandled(finding, "collective_rpc without a rank does not answer a list in "
                                                          f"vLLM {', '.join(not_lists)}"))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from compat.consumer.result import Scan, TouchPoint
+from compat.consumer.result import Kind, Scan, TouchPoint
 from compat.facts import Fact
 from compat.findings import Finding, Status
 from compat.probe import Probe
@@ -66,9 +66,12 @@ class FixContext:
             grouped.setdefault(finding.consumer_location or "", []).append((build, finding))
         return grouped
 
-    def touchpoint(self, location: str, kind: str | None = None) -> TouchPoint | None:
-        return next((tp for tp in self.scan.touchpoints if str(tp.location) == location
-                     and (kind is None or tp.kind.value == kind)), None)
+    def touchpoint(self, location: str, kind: Kind | None = None, symbol: str | None = None) -> TouchPoint | None:
+        """The touchpoint of ``kind`` at ``location``; with ``symbol``, the one of that symbol when the line has
+        several (``VllmConfig(scheduler_config=SchedulerConfig(...))`` is two calls on one line)."""
+        here = [tp for tp in self.scan.touchpoints
+                if str(tp.location) == location and (kind is None or tp.kind == kind)]
+        return next((tp for tp in here if tp.symbol == symbol), here[0] if here else None)
 
     @property
     def root(self) -> Path:

@@ -54,11 +54,7 @@ POSITIONAL = IMPORT + "def make():\n    return SchedulerConfig(4, False, 3)\n"
                  ["passes is_encoder_decoder", "model_config.is_encoder_decoder", "also hands the shim model_config"],
                  "", id="required: passed as vLLM computes it"),
     pytest.param(ONE_LINE, REQUIRED, ["SchedulerConfig(max_num_seqs=4, model_config=model_config)"],
-                 ["passes is_encoder_decoder"], "", id="required: nested call on the outer call's line",
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "FixContext.touchpoint(location, 'call') takes the first call on the line (VllmConfig), so "
-                     "the fixer adapts SchedulerConfig by VllmConfig's keywords: it plans to drop model_config= and "
-                     "scheduler_config= and hands the shim no model_config"))),
+                 ["passes is_encoder_decoder"], "", id="required: nested call on the outer call's line"),
     pytest.param(NESTED, REQUIRED_UNBOUND, [], [], "passes is_encoder_decoder to SchedulerConfig only as nothing",
                  id="required: nothing to compute it from"),
     pytest.param(ALIASED, DROPPED, [], [], "is not imported as `from vllm.config import SchedulerConfig`",
