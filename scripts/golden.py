@@ -12,9 +12,11 @@ built once under ``$GOLDEN_DATA`` (default /tmp/compat-golden-data), so both run
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -73,7 +75,38 @@ def datasets() -> None:
     (DATA / "done").write_text("")
 
 
+VARYING = [
+    (re.compile(r"0x[0-9a-f]{6,}"), "0x…"),  # an object's address in a printed default value
+    (re.compile(r'"seconds": [0-9.]+'), '"seconds": …'),  # how long the gate took
+    (re.compile(r"^ - leaked .*\n", re.M), ""),  # what triton's bindings leak at exit (stderr), in no fixed order
+    (re.compile(r"^nanobind: leaked .*\n", re.M), ""),
+]
+"""What differs from one run of the same code to the next, masked before comparing."""
+
+
+def compare(before: Path, after: Path) -> int:
+    """Print every file whose masked text differs (or that only one run has); 0 when none does."""
+    names = sorted({p.name for p in before.iterdir()} | {p.name for p in after.iterdir()})
+    differing = 0
+    for name in names:
+        texts = []
+        for side in (before, after):
+            text = (side / name).read_text() if (side / name).exists() else "<missing>"
+            for pattern, mask in VARYING:
+                text = pattern.sub(mask, text)
+            texts.append(text)
+        if texts[0] != texts[1]:
+            differing += 1
+            diff = difflib.unified_diff(texts[0].splitlines(), texts[1].splitlines(), str(before / name),
+                                        str(after / name), lineterm="", n=1)
+            print("\n".join(list(diff)[:40]))
+    print(f"{len(names)} files compared, {differing} differ")
+    return 1 if differing else 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--compare"]:
+        return compare(Path(argv[1]), Path(argv[2]))
     out = Path(argv[0]).resolve()
     out.mkdir(parents=True, exist_ok=True)
     datasets()
