@@ -7,57 +7,9 @@ from compat.probes.steps import PROBE
 
 from compat.findings import Status
 
-CONFIG = '''
-    from dataclasses import dataclass
+from ...test_steps_probe import CONFIG, CONSUMER, SCHEDULER, STALE, UPDATE
 
-
-    @dataclass
-    class SchedulerConfig:
-        max_num_batched_tokens: int = 8192
-        enable_chunked_prefill: bool | None = {default}
-'''
-
-SCHEDULER = '''
-    class Scheduler:
-        def __init__(self, vllm_config):
-            self.scheduler_config = vllm_config.scheduler_config
-
-        def schedule(self):
-            token_budget = self.scheduler_config.max_num_batched_tokens
-            for request in self.waiting:
-                {stale}
-                num_new_tokens = request.num_tokens
-                if not self.scheduler_config.enable_chunked_prefill and num_new_tokens > token_budget:
-                    {exit}
-                token_budget -= num_new_tokens
-            return token_budget
-
-        {update}
-'''
-
-STALE = '''if request.is_stale_output:
-                    continue'''
-UPDATE = '''def update_from_output(self, scheduler_output, model_runner_output):
-            return {}'''
-
-LOOP = '''
-    from vllm.config import SchedulerConfig
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.request import RequestStatus
-
-
-    class Generator:
-        def __init__(self, config, executor):
-            self.scheduler_config = SchedulerConfig(max_num_batched_tokens=8192{chunked})
-            self.scheduler = Scheduler(vllm_config=config)
-            self.executor = executor
-
-        def generate(self):
-            while (scheduler_output := self.scheduler.schedule()).total_num_scheduled_tokens > 0:
-                self.executor.execute_model(scheduler_output)
-                for req_id in scheduler_output.num_scheduled_tokens:
-                    self.scheduler.finish_requests([req_id], RequestStatus.FINISHED_ABORTED)
-'''
+LOOP = CONSUMER  # a speculators-shaped loop that finishes what each step scheduled
 
 NOT_VLLMS = '''
     class Scheduler:
