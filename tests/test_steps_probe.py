@@ -69,10 +69,10 @@ CONSUMER = '''
 '''
 
 
-def _build(root, default: str, exit: str, stale: bool = False):
-    files = {
-        "vllm/__init__.py": "",
-        "vllm/_version.py": '__version__ = "9.0.0"\n',
+def scheduler_tree(default: str = "True", exit: str = "break", stale: bool = False) -> dict[str, str]:
+    """A vLLM-shaped build: its ``SchedulerConfig`` (chunked prefill ``default``) and a ``schedule()`` that does
+    ``exit`` with a prompt over the budget, holding requests with stale output back when ``stale``."""
+    return {
         "vllm/config/__init__.py": "from vllm.config.scheduler import SchedulerConfig\n",
         "vllm/config/scheduler.py": CONFIG.format(default=default),
         "vllm/v1/__init__.py": "",
@@ -82,6 +82,11 @@ def _build(root, default: str, exit: str, stale: bool = False):
         "vllm/v1/core/sched/scheduler.py": SCHEDULER.format(
             exit=exit, stale=STALE if stale else "pass", update=UPDATE if stale else ""),
     }
+
+
+def _build(root, default: str, exit: str, stale: bool = False):
+    files = {"vllm/__init__.py": "", "vllm/_version.py": '__version__ = "9.0.0"\n',
+             **scheduler_tree(default, exit, stale)}
     return open_build(str(write_tree(root, files))).surface
 
 

@@ -7,7 +7,8 @@ from compat.probes.steps import PROBE
 
 from compat.findings import Status
 
-from ...test_steps_probe import CONFIG, CONSUMER, SCHEDULER, STALE, UPDATE
+from ...test_steps_probe import CONSUMER
+from ...test_steps_probe import scheduler_tree as build
 
 LOOP = CONSUMER  # a speculators-shaped loop that finishes what each step scheduled
 
@@ -26,19 +27,6 @@ NOT_VLLMS = '''
                 for req_id in out.num_scheduled_tokens:
                     self.scheduler.finish_requests([req_id])
 '''
-
-
-def build(default: str = "True", exit: str = "break", stale: bool = False) -> dict[str, str]:
-    return {
-        "vllm/config/__init__.py": "from vllm.config.scheduler import SchedulerConfig\n",
-        "vllm/config/scheduler.py": CONFIG.format(default=default),
-        "vllm/v1/__init__.py": "",
-        "vllm/v1/request.py": "class RequestStatus:\n    FINISHED_ABORTED = 1\n",
-        "vllm/v1/core/__init__.py": "",
-        "vllm/v1/core/sched/__init__.py": "",
-        "vllm/v1/core/sched/scheduler.py": SCHEDULER.format(
-            exit=exit, stale=STALE if stale else "pass", update=UPDATE if stale else ""),
-    }
 
 
 # (the loop, the build, expected status (None: the probe says nothing), words the message holds)
