@@ -17,7 +17,7 @@ import compat.probes.models as models_probe
 
 from compat.consumer.result import Kind, ModelPatch
 from compat.errors import CompatError
-from compat.facts import architectures
+from compat.facts import streams
 from compat.fix.context import FixContext
 from compat.fix.edits import ReplaceStatements
 from compat.fix.fixer import Fixer
@@ -25,9 +25,9 @@ from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
 from compat.fix.source import function_of, segment, statement_at
 from compat.syntax import FunctionNode
 
-CODE = '''
+CODE = """
 def decoder_stack(model):
-    """The module holding the decoder layers, through the wrappers the audited builds put around it."""
+    \"\"\"The module holding the decoder layers, through the wrappers the audited builds put around it.\"\"\"
     for path in _STACK_PATHS:
         obj = model
         for name in path:
@@ -38,18 +38,27 @@ def decoder_stack(model):
                      + " or ".join("model." + ".".join(p) for p in _STACK_PATHS))
 
 
+class CaptureRefused(RuntimeError):
+    \"\"\"The hooks will not capture this model: what a decoder layer returns was not read from this build's code, or
+    a condition under which that reading does not hold may hold here.\"\"\"
+
+
 _RECORDS = []
-"""In a worker: for each forward pass the hooks captured, the positions, token ids and batch order it ran on."""
+\"\"\"In a worker: for each forward pass the hooks captured, the positions, token ids and batch order it ran on.\"\"\"
+_HOOKED = []
+\"\"\"In a worker: the decoder layers the hooks capture, fixed when they are installed.\"\"\"
+_FINGERPRINTS = {}
 
 
 def _capture_records(worker=None):
-    """Run in a worker (``collective_rpc``): what ``_RECORDS`` holds, on the CPU (the hooks keep device copies, so
-    that a forward pass never waits for the device)."""
-    return [tuple(x.to("cpu") if hasattr(x, "to") else x for x in record) for record in _RECORDS]
+    \"\"\"Run in a worker (``collective_rpc``): the layers the hooks capture and what ``_RECORDS`` holds, on the CPU
+    (the hooks keep device copies, so that a forward pass never waits for the device).\"\"\"
+    return {"layers": list(_HOOKED),
+            "records": [tuple(x.to("cpu") if hasattr(x, "to") else x for x in record) for record in _RECORDS]}
 
 
 def _clear_capture_records(worker=None):
-    """Run in a worker (``collective_rpc``): forget every forward pass recorded so far."""
+    \"\"\"Run in a worker (``collective_rpc``): forget every forward pass recorded so far.\"\"\"
     _RECORDS.clear()
 
 
@@ -58,9 +67,9 @@ def _reset_capture_records(executor):
 
 
 def _positions_of(layer):
-    """A function reading the ``positions`` argument of a call of ``layer`` (None where it takes none): decoder
+    \"\"\"A function reading the ``positions`` argument of a call of ``layer`` (None where it takes none): decoder
     layers take them by name or position, and the stack's own forward is not hooked (compiled models replace
-    its ``__call__``)."""
+    its ``__call__``).\"\"\"
     try:
         signature = inspect.signature(layer.forward)
     except (TypeError, ValueError):
@@ -77,19 +86,159 @@ def _positions_of(layer):
     return read
 
 
-def capture_layers(model, layer_ids, store, when, value, runner=None):
-    """Capture what decoder layers ``layer_ids`` output, with forward hooks: the build's own forward runs
-    (its embedding, its layer calls and their extra arguments). For each forward pass on which ``when()``
-    holds, ``store`` gets one list, in ascending layer order (each layer once), of ``value(*outputs)`` of each
-    captured layer (layers of other pipeline stages are not here). The positions, token ids and batch order
-    (``runner.input_batch.req_ids`` where the model runner has one) of each such pass are recorded for
-    ``by_request``. Each pass starts from an empty buffer, so a pass that failed half-way leaves nothing
-    behind. Returns the hook handles."""
+def _defs(body):
+    \"\"\"The defs and classes of a module or class body, those under ``if``/``try`` blocks included.\"\"\"
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield node
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            yield from _defs([*node.body, *getattr(node, "orelse", ()), *getattr(node, "handlers", ()),
+                              *getattr(node, "finalbody", ())])
+
+
+def _fingerprint(module, qualname):
+    \"\"\"The running build's def ``module.qualname``, its lines stripped, hashed as the audit hashed the code it read
+    (None where the running build has no such def).\"\"\"
+    key = (module, qualname)
+    if key not in _FINGERPRINTS:
+        found = None
+        try:
+            spec = importlib.util.find_spec(module)
+            with open(spec.origin, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+            body, node = ast.parse(text).body, None
+            for part in qualname.split("."):
+                node = next((n for n in _defs(body) if n.name == part), None)
+                if node is None:
+                    break
+                body = node.body
+            if node is not None:
+                lines = text.splitlines()
+                first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+                kept = "\\n".join(line.strip() for line in lines[first - 1:node.end_lineno] if line.strip())
+                found = hashlib.sha1(kept.encode()).hexdigest()[:16]
+        except (ImportError, AttributeError, OSError, SyntaxError, ValueError):
+            found = None
+        _FINGERPRINTS[key] = found
+    return _FINGERPRINTS[key]
+
+
+def _holds(formula, layer, dtype):
+    \"\"\"Whether a condition the audit could not decide holds for this layer: True, False, or None (unknown).\"\"\"
+    kind = formula[0]
+    if kind in ("true", "false"):
+        return kind == "true"
+    if kind == "not":
+        inner = _holds(formula[1], layer, dtype)
+        return None if inner is None else not inner
+    if kind in ("and", "or"):
+        left, right = _holds(formula[1], layer, dtype), _holds(formula[2], layer, dtype)
+        if kind == "and":
+            return False if False in (left, right) else None if None in (left, right) else True
+        return True if True in (left, right) else None if None in (left, right) else False
+    _, atom, text, module = formula
+    if atom == "dtype":
+        return None if dtype is None else dtype == text
+    if atom == "self":
+        namespace = vars(sys.modules[module]) if module in sys.modules else {}
+        try:
+            return bool(eval(text, dict(namespace), {"self": layer}))  # noqa: S307 - vLLM's own expression
+        except Exception:  # noqa: BLE001 - it cannot be evaluated here: unknown
+            return None
+    return None
+
+
+def _model_dtype(model, runner=None):
+    dtype = getattr(getattr(runner, "model_config", None), "dtype", None)
+    if dtype is None:
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    return str(dtype).replace("torch.", "") if dtype is not None else None
+
+
+def stream_outputs(layer, index, dtype):
+    \"\"\"Which outputs of this decoder layer, summed, are the residual stream after it, as the audit read the
+    layer's code (``_STREAMS``); raises, naming the layer's class, where that code was not read, could not be read
+    or is not the running build's, or where a condition under which it does not hold may hold here.\"\"\"
+    cls = type(layer)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    entries = _STREAMS.get(name)
+    if not entries:
+        raise CaptureRefused(f"{__name__}: decoder layer {index} is a {name}, whose code compat.fix did not read "
+                           f"for {', '.join(GENERATED_FOR)}: what it returns is not known, so nothing is captured")
+    for outputs, reason, read, unless, unless_text in entries:
+        if not all(_fingerprint(module, qualname) == print_ for module, qualname, print_ in read):
+            continue
+        if outputs is None:
+            raise CaptureRefused(f"{__name__}: cannot capture decoder layer {index} ({name}): {reason}")
+        for assumed, text in zip(unless, unless_text):
+            held = [_holds(f, layer, dtype) if truth else _negate(_holds(f, layer, dtype))
+                    for f, truth in json.loads(assumed)]
+            if False not in held:
+                raise CaptureRefused(f"{__name__}: cannot capture decoder layer {index} ({name}) here: where "
+                                   f"{text}; that {'holds' if all(held) else 'may hold'} for this layer "
+                                   f"(dtype {dtype})")
+        return tuple(outputs)
+    where = ", ".join(f"{m}.{q}" for m, q, _ in entries[0][2])
+    raise CaptureRefused(f"{__name__}: decoder layer {index} ({name}): the running vLLM's code of {where} is not "
+                       f"the code compat.fix read for {', '.join(GENERATED_FOR)}; run `python -m compat.fix` "
+                       "against this vLLM")
+
+
+def _negate(value):
+    return None if value is None else not value
+
+
+def _stream(output, outputs, index):
+    \"\"\"The residual stream after a layer from its outputs: the one tensor, one output, or the sum of several.\"\"\"
+    if not outputs:
+        if isinstance(output, tuple):
+            raise CaptureRefused(f"{__name__}: decoder layer {index} returned {len(output)} outputs where the "
+                                 "audit read one")
+        return output.clone()
+    if len(outputs) == 1:
+        return output[outputs[0]].clone()
+    total = output[outputs[0]] + output[outputs[1]]
+    for i in outputs[2:]:
+        total = total + output[i]
+    return total
+
+
+def capture_proven(model):
+    \"\"\"Whether the hooks can capture this model's residual stream: its decoder stack is found and every decoder
+    layer's convention was read from the running build's own code (and holds for it).\"\"\"
+    try:
+        stack = decoder_stack(model)
+        dtype = _model_dtype(model)
+        for index, layer in enumerate(stack.layers):
+            if type(layer).__name__ != "PPMissingLayer":
+                stream_outputs(layer, index, dtype)
+    except (CaptureRefused, ValueError):
+        return False
+    return True
+
+
+def capture_layers(model, layer_ids, store, when, runner=None):
+    \"\"\"Capture the residual stream after decoder layers ``layer_ids`` (the state Hugging Face's
+    ``output_hidden_states`` gives for each, before the final norm), with forward hooks: the build's own forward
+    runs (its embedding, its layer calls and their extra arguments), and each layer's stream is read from its
+    outputs as the audit read its code (``stream_outputs``; every layer up to the last captured one is checked, as
+    each hands the stream to the next). For each forward pass on which ``when()`` holds, ``store`` gets one list,
+    in ascending layer order (each layer once), of the captured layers' states (layers of other pipeline stages
+    are not here). The positions, token ids and batch order (``runner.input_batch.req_ids`` where the model
+    runner has one) of each such pass are recorded for ``by_request``. Each pass starts from an empty buffer, so a
+    pass that failed half-way leaves nothing behind. Returns the hook handles.\"\"\"
     stack = decoder_stack(model)
     local = [i for i in sorted(set(layer_ids))
              if i < len(stack.layers) and type(stack.layers[i]).__name__ != "PPMissingLayer"]
+    _HOOKED[:] = sorted(set(layer_ids))
     if not local:
         return []
+    dtype = _model_dtype(model, runner)
+    outputs = {}
+    for index in range(local[-1] + 1):
+        layer = stack.layers[index]
+        if type(layer).__name__ != "PPMissingLayer":
+            outputs[index] = stream_outputs(layer, index, dtype)
     captured = []
     seen = {}
     first = stack.layers[local[0]]
@@ -108,10 +257,12 @@ def capture_layers(model, layer_ids, store, when, value, runner=None):
         seen["input_ids"] = args[0] if args else None
 
     def hook_for(index):
+        chosen = outputs[index]
+
         def hook(module, args, output):
             if not when():
                 return
-            captured.append(value(*output) if isinstance(output, tuple) else value(output))
+            captured.append(_stream(output, chosen, index))
             if index == local[-1]:
                 store(list(captured))
                 captured.clear()
@@ -128,17 +279,19 @@ def capture_layers(model, layer_ids, store, when, value, runner=None):
     if hasattr(embedding, "register_forward_pre_hook"):
         handles.append(embedding.register_forward_pre_hook(embedded))
     return handles + [stack.layers[i].register_forward_hook(hook_for(i)) for i in local]
-'''
+"""
 
 
 @dataclass(frozen=True)
 class Capture:
-    """What the consumer's replacement forward captures, as expressions of the installing method."""
+    """What the consumer's replacement forward captures, as expressions of the installing method, and which of the
+    layer call's outputs (by position) its captured value sums."""
 
     layer_ids: str
     store: str
     when: str
     value: str
+    summed: tuple[int, ...] | None
 
 
 def _replacement(ctx: FixContext, patch: ModelPatch) -> FunctionNode:
@@ -146,6 +299,24 @@ def _replacement(ctx: FixContext, patch: ModelPatch) -> FunctionNode:
     if function is None or function.name != patch.function.rpartition(".")[2]:
         raise CompatError(f"cannot find the replacement forward {patch.function} at {patch.definition}")
     return function
+
+
+SAME_VALUES = frozenset({"clone", "detach", "contiguous", "float", "to", "cpu"})
+"""Methods a captured value may be wrapped in without changing what it holds."""
+
+
+def summed_outputs(value: ast.expr, outputs: list[str]) -> tuple[int, ...] | None:
+    """Which of ``outputs`` (the names a layer call's result is unpacked into) ``value`` adds up, or None when it is
+    not such a sum (``(hidden_states + residual).clone()`` is ``(0, 1)``)."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in SAME_VALUES:
+        value = value.func.value
+    if isinstance(value, ast.Name) and value.id in outputs:
+        return (outputs.index(value.id),)
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+        left, right = summed_outputs(value.left, outputs), summed_outputs(value.right, outputs)
+        if left is not None and right is not None and not set(left) & set(right):
+            return tuple(sorted(left + right))
+    return None
 
 
 def _read_capture(forward: FunctionNode) -> Capture:
@@ -167,8 +338,9 @@ def _read_capture(forward: FunctionNode) -> Capture:
     if outputs is None or not appends or guard is None:
         raise CompatError("the replacement forward does not capture `a, b = layer(...)` outputs of selected "
                           "layers with `if index in ids: captured.append(...)`")
-    params = ", ".join(ast.unparse(e) for e in outputs.elts)
-    value = f"lambda {params}: {ast.unparse(appends[0][0].args[0])}"
+    captured = appends[0][0].args[0]
+    value = ast.unparse(captured)
+    summed = summed_outputs(captured, [ast.unparse(e) for e in outputs.elts])
     ids_name = ast.unparse(guard.comparators[0])
     ids = names.get(ids_name)
     when = "True"
@@ -185,7 +357,7 @@ def _read_capture(forward: FunctionNode) -> Capture:
     if ast.unparse(store.value) != ext or not (isinstance(link := names.get(ext), ast.Attribute)
                                                and ast.unparse(link.value) == "self"):
         raise CompatError("the replacement forward does not reach its extension as `self.<attribute>`")
-    return Capture(f"self.{ids.attr}", f"self.{store.attr}", f"lambda: {when}", value)
+    return Capture(f"self.{ids.attr}", f"self.{store.attr}", f"lambda: {when}", value, summed)
 
 
 def _installation(ctx: FixContext, patch: ModelPatch) -> tuple[list[str], int, str]:
@@ -224,6 +396,43 @@ def _runner(ctx: FixContext, patch: ModelPatch, model: str) -> str | None:
     return None
 
 
+Entry = tuple[tuple[int, ...] | None, str | None, tuple[tuple[str, str, str], ...], tuple[str, ...], tuple[str, ...]]
+
+
+def stream_table(ctx: FixContext) -> tuple[dict[str, list[Entry]], list[tuple[str, ...]]]:
+    """Every decoder layer class of every audited build with how its stream is read there (each distinct reading
+    once, the ones read first), and the paths from the top-level models to their decoder stacks."""
+    table: dict[str, list[Entry]] = {}
+    paths: set[tuple[str, ...]] = set()
+    for build in ctx.builds:
+        for arch in build.fact(streams.ALL).archs:
+            stream = arch.stream
+            if arch.stack:
+                paths.add(tuple(arch.stack))
+            if stream.layer is None:
+                continue
+            entry: Entry = (stream.outputs, stream.reason, tuple((r.module, r.qualname, r.fingerprint)
+                                                                  for r in stream.read), stream.unless,
+                            stream.unless_text)
+            entries = table.setdefault(stream.layer, [])
+            if entry not in entries:
+                entries.append(entry)
+    for entries in table.values():
+        entries.sort(key=lambda e: (e[0] is None, not e[2]))
+    return table, sorted(paths, key=lambda p: (len(p), p))
+
+
+def newly_enabled(ctx: FixContext) -> dict[str, list[str]]:
+    """The architectures a release's ``supports_eagle3`` check refuses in a build whose decoder stack and layer
+    convention the fix read there: the patched consumer runs them (where ``capture_proven`` holds), by build."""
+    enabled: dict[str, list[str]] = {}
+    for build in ctx.builds:
+        for arch in build.fact(streams.ALL).archs:
+            if arch.eagle3 is False and arch.stack and arch.stream.outputs is not None:
+                enabled.setdefault(arch.arch, []).append(build.version)
+    return enabled
+
+
 class LayerHooks(Fixer):
     def plan(self, ctx: FixContext) -> FixerPlan:
         plan = FixerPlan(self.name)
@@ -237,29 +446,47 @@ class LayerHooks(Fixer):
             except CompatError as exc:
                 plan.unhandled += [Unhandled(f, str(exc)) for _, f in failing]
                 continue
+            if capture.summed is None:
+                # What the consumer keeps of a layer is not a sum of its outputs, so not the residual stream under
+                # any layer's convention: capturing the stream instead would change what it stores.
+                plan.unhandled += [Unhandled(f, f"the replacement forward captures `{capture.value}`, which is not "
+                                                "a sum of the layer's outputs: not the residual stream that the "
+                                                "hooks capture") for _, f in failing]
+                continue
             runner = _runner(ctx, patch, model)
             call = (f"{ctx.shim.alias}.capture_layers(\n    {model},\n    layer_ids={capture.layer_ids},\n"
-                    f"    store={capture.store},\n    when={capture.when},\n    value={capture.value},\n"
+                    f"    store={capture.store},\n    when={capture.when},\n"
                     + (f"    runner={runner},\n" if runner else "") + ")\n")
             plan.edits.append(ReplaceStatements(patch.location.file, line, statements[0], expected=tuple(statements),
                                                 replacement=call))
-            plan.edits += self._eagle3_checks(ctx, patch, failing)
+            plan.edits += self._eagle3_checks(ctx, patch)
             plan.notes.append(f"{patch.location}: the replacement forward {patch.function.rpartition('.')[2]} is "
-                              "replaced by forward hooks on the decoder layers (the build's own forward runs)")
+                              f"replaced by forward hooks on the decoder layers (the build's own forward runs); "
+                              f"where it kept `{capture.value}`, each layer's residual stream is read from its "
+                              "outputs as its own code returns it (output[0] + output[1] where the residual is "
+                              "not yet added, output[0] where it is)")
         if plan.edits:
-            paths = sorted({tuple(b.fact(architectures.FACT, arch).path or ()) for b in ctx.builds
-                            for arch in _architectures(failing)} - {()})
-            plan.pieces.append(ShimPiece("capture:layers", f"_STACK_PATHS = {tuple(paths)!r}\n\n{CODE}",
-                                         "decoder layers observed by hooks; the stack found through the wrappers "
-                                         f"of the audited builds ({', '.join('.'.join(p) for p in paths)})"))
+            table, paths = stream_table(ctx)
+            read = sum(1 for entries in table.values() if any(e[0] is not None for e in entries))
+            code = f"_STACK_PATHS = {tuple(paths)!r}\n\n_STREAMS = {table!r}\n\n{CODE}"
+            plan.pieces.append(ShimPiece(
+                "capture:layers", code, "decoder layers observed by hooks; the stack found through the wrappers of "
+                f"the audited builds; the stream of {read} of {len(table)} decoder layer classes read from their "
+                "code", imports=("import ast", "import hashlib", "import importlib.util", "import json",
+                                 "import sys")))
             plan.claims.append(Claim(models_probe.PROBE.name))
+            enabled = newly_enabled(ctx)
+            if enabled and any(isinstance(e, ReplaceStatements) and "capture_proven" in e.replacement
+                               for e in plan.edits):
+                plan.notes.append(f"{len(enabled)} architectures the release's supports_eagle3 check refuses now "
+                                  "run where the stream of their decoder layers was read from the build's code "
+                                  f"(capture_proven): {', '.join(sorted(enabled))}")
         return plan
 
-    def _eagle3_checks(self, ctx: FixContext, patch: ModelPatch, failing) -> list[ReplaceStatements]:
-        """``if not supports_eagle3(model): raise ...``: the hooks need a decoder stack, not the EAGLE-3 marker
-        (which some builds' models lack although they run the consumer's capture fine)."""
-        if not any(f.symbol.endswith(":eagle3") for _, f in failing):
-            return []
+    def _eagle3_checks(self, ctx: FixContext, patch: ModelPatch) -> list[ReplaceStatements]:
+        """``if not supports_eagle3(model): raise ...`` keeps refusing, with the release's own words, every model
+        but those whose capture the shim proves on the running build (``capture_proven``: the decoder stack found
+        and every layer's stream read from its own code), which the EAGLE-3 marker does not decide."""
         edits = []
         for tp in ctx.scan.touchpoints:
             if tp.kind != Kind.CALL or not tp.symbol.endswith("supports_eagle3") or tp.location.file != \
@@ -269,23 +496,24 @@ class LayerHooks(Fixer):
             index = statement_at(function.body, tp.location.line) if function else None
             stmt = function.body[index] if function and index is not None else None
             if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.UnaryOp) and isinstance(
-                    called := stmt.test.operand, ast.Call):
+                    stmt.test.op, ast.Not) and isinstance(called := stmt.test.operand, ast.Call) and called.args:
                 model = ast.unparse(called.args[0])
+                text = segment(ctx.root, tp.location.file, stmt)
+                first, _, rest = text.partition("\n")
+                test = ast.unparse(stmt.test)
+                replacement = first.replace(test, f"{test} and not {ctx.shim.alias}.capture_proven({model})", 1)
                 edits.append(ReplaceStatements(tp.location.file, stmt.lineno, "if not supports_eagle3(...)",
-                                               expected=(segment(ctx.root, tp.location.file, stmt).strip(),),
-                                               replacement=f"{ctx.shim.alias}.decoder_stack({model})\n"))
+                                               expected=(text.strip(),), replacement=f"{replacement}\n{rest}\n"))
         return edits
-
-
-def _architectures(failing) -> set[str]:
-    return {f.symbol.split(":")[0] for _, f in failing}
 
 
 FIXER = LayerHooks(
     name="capture",
     description="A replacement forward that captures decoder-layer outputs: replaced by forward hooks on the "
-                "layers, so the build's own forward (its embedding, layer calls and extra arguments) runs and the "
-                "stack is found through the audited builds' wrappers.",
+                "layers, so the build's own forward (its embedding, layer calls and extra arguments) runs, the "
+                "stack is found through the audited builds' wrappers, and each layer's residual stream is read from "
+                "its outputs as its own code returns it. The consumer's supports_eagle3 refusal stays, but for "
+                "models whose capture the shim proves on the running build.",
     handles=(models_probe.PROBE,),
     order=60,
 )

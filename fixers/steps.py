@@ -190,7 +190,12 @@ def by_request(scheduler, executor, replies, layer_ids=None, unique_reply_rank=N
     layers = replies[0]
     if call is None or call.order is None or not layers:
         return replies
-    forwards = executor.collective_rpc(_capture_records)[unique_reply_rank or 0]
+    reply = executor.collective_rpc(_capture_records)[unique_reply_rank or 0]
+    forwards = reply["records"]
+    if layer_ids is not None and sorted(set(layer_ids)) != sorted(reply["layers"]):
+        raise RuntimeError(f"the generator asks for layers {list(layer_ids)}, but the workers capture layers "
+                           f"{sorted(reply['layers'])} (set when the capture was installed): the states would be "
+                           "labelled as other layers. Set the layer ids when building the generator")
     if len(forwards) != len(call.steps):
         raise RuntimeError(f"the worker captured {len(forwards)} forward passes for {len(call.steps)} steps")
     source, offset = {}, 0
@@ -219,7 +224,35 @@ def by_request(scheduler, executor, replies, layer_ids=None, unique_reply_rank=N
     if layer_ids is not None:
         captured = sorted(set(layer_ids))
         ordered = [ordered[captured.index(k)] for k in layer_ids]
+    _refuse_non_finite(ordered, list(layer_ids) if layer_ids is not None else sorted(reply["layers"]), call)
     return [ordered]
+
+
+class NonFiniteStates(ValueError):
+    """A captured state holds NaN or infinity."""
+
+
+def _refuse_non_finite(layers, layer_ids, call):
+    """Raise, naming the sample and the layer, where a captured state holds NaN or infinity: vLLM computed no
+    usable state there, and a training set must not take it silently."""
+    import torch
+
+    for layer_id, layer in zip(layer_ids, layers):
+        finite = torch.isfinite(layer)
+        if bool(finite.all()):
+            continue
+        rows = (~finite).reshape(finite.shape[0], -1).any(dim=1).nonzero().flatten().tolist()
+        start = 0
+        for sample, rid in enumerate(call.order):
+            length = len(call.prompts.get(rid, ()))
+            inside = [r - start for r in rows if start <= r < start + length]
+            if inside:
+                raise NonFiniteStates(f"sample {sample} (request {rid}): layer {layer_id} holds non-finite values "
+                                      f"(NaN or infinity) at {len(inside)} of its {length} tokens, the first at "
+                                      f"token {inside[0]}: vLLM computed no usable state for it, and this call "
+                                      "returns nothing")
+            start += length
+        raise NonFiniteStates(f"layer {layer_id} holds non-finite values (NaN or infinity) at rows {rows[:5]}")
 '''
 
 def _statement(function: ast.AST, line: int) -> ast.stmt | None:

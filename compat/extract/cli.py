@@ -28,9 +28,10 @@ from compat.extract import prompts as make
 from compat.extract.progress import Bar
 from compat.extract.verdict import predictable, validate
 from compat.extract.workload import CHECKS, plan
+from compat.models.builder import ARCHITECTURES, FAMILIES
 
 GENERATOR = "speculators.data_generation.vllm_hidden_states_generator:VllmHiddenStatesGenerator"
-ARCHS = ("llama", "qwen3", "deepseek_v3", "predictable")
+ALL = "all"
 CONTEXT = 1024
 """The context the engine gets by default (at most the model's): prompts of realistic lengths up to it average
 well above a step's token budget over its sequence limit (8192 / 32 for speculators' generator)."""
@@ -49,7 +50,10 @@ def parser() -> argparse.ArgumentParser:
                      help="the consumer as released, with only the platform fixer (the baseline)")
     p.add_argument("--without", action="append", default=[], metavar="FIXER", help="leave a fixer out")
     p.add_argument("--model", type=Path, help="a model directory (default: a tiny model built on the spot)")
-    p.add_argument("--arch", choices=ARCHS, default="llama", help="the tiny model to build (default llama)")
+    p.add_argument("--arch", default="llama",
+                   help=f"the tiny model to build: one of {', '.join(ARCHITECTURES)}; several, comma-separated, or "
+                        f"'{ALL}' (every family) each run on its own engine, with a table of what each gave "
+                        "(default llama)")
     p.add_argument("--layer-ids", default="0,2,3", help="decoder layers to capture (default 0,2,3)")
     p.add_argument("--prompts", type=int, default=8, help="how many prompts to generate (default 8)")
     p.add_argument("--prompts-file", type=Path, help="JSONL of token-id lists instead of generated prompts")
@@ -74,14 +78,28 @@ def main(argv: list[str] | None = None) -> int:
     return guarded("compat.extract", args.debug, lambda: _extract(args))
 
 
-def _model(args: argparse.Namespace) -> Path:
+def _model(args: argparse.Namespace, arch: str | None = None) -> Path:
     if args.model is not None:
         if not (args.model / "config.json").is_file():
             raise CompatError(f"--model {args.model}: no config.json there")
         return args.model
     from compat.confirm import tiny_model
 
-    return tiny_model(args.arch)
+    return tiny_model(arch or args.arch)
+
+
+def _families_asked(args: argparse.Namespace) -> list[str] | None:
+    """The families ``--arch`` names when it names several (``all``, or a comma-separated list); None for one."""
+    names = [n.strip() for n in args.arch.split(",") if n.strip()]
+    if names == [ALL]:
+        return list(FAMILIES)
+    unknown = [n for n in names if n not in ARCHITECTURES]
+    if unknown or not names:
+        raise CompatError(f"--arch {args.arch}: no such architecture ({', '.join(unknown) or 'none named'}); "
+                          f"choose from {', '.join(ARCHITECTURES)} or {ALL}")
+    if args.model is not None and (len(names) > 1):
+        raise CompatError("--model runs one model: give one --arch, or none")
+    return names if len(names) > 1 else None
 
 
 def _chosen(args: argparse.Namespace) -> tuple[str, ...]:
@@ -134,11 +152,35 @@ def _native(model: Path, work: Path, prompts: list[list[int]], indices: list[int
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from compat.extract.stage import child_env, copy_patched, stage
+    from compat.extract.stage import copy_patched, stage
+
+    out = args.out or Path(tempfile.mkdtemp(prefix="compat-extract-"))
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    staging: dict = {"notes": []}
+    if args.patched:
+        staged_root, notes = copy_patched(args.patched, out / "consumer", args.generator.partition(":")[0])
+        staging["notes"] += notes
+    else:
+        staged = stage(args.consumer, out / "consumer", args.generator.partition(":")[0], args.vllm,
+                       tuple(args.without), args.unpatched)
+        staged_root = staged.root
+        staging["notes"] += list(staged.notes)
+        staging["fix"] = [{"fixer": p.fixer, "notes": p.notes} for p in staged.fix.plans]
+    families = _families_asked(args)
+    if families is not None:
+        return _families(args, families, out, staged_root, staging)
+    report = _run(args, _model(args), out, staged_root, staging, started)
+    _print(report, out)
+    return 0 if report["verdict"] == "pass" else 1
+
+
+def _run(args: argparse.Namespace, model: Path, out: Path, staged_root: Path, staging: dict, started: float) -> dict:
+    """One model through the staged consumer's generator, validated; the report (also ``out/report.json``)."""
+    from compat.extract.stage import child_env
 
     layer_ids = [int(x) for x in args.layer_ids.split(",") if x.strip()]
     chosen = _chosen(args)
-    model = _model(args)
     config = json.loads((model / "config.json").read_text())
     vocab = int(config.get("vocab_size", 1000))
     layers = int(config.get("num_hidden_layers", 4))
@@ -148,20 +190,12 @@ def _extract(args: argparse.Namespace) -> int:
     max_len = min(args.max_len, context - 1)
     user = make.read_jsonl(args.prompts_file, vocab) if args.prompts_file else make.generated(
         args.prompts, vocab, max_len, seed=args.seed)
-    out = args.out or Path(tempfile.mkdtemp(prefix="compat-extract-"))
     out.mkdir(parents=True, exist_ok=True)
-    report: dict = {"model": str(model), "layer_ids": layer_ids, "prompts": len(user), "tp": args.tp,
-                    "dtype": args.dtype, "max_model_len": context, "notes": []}
-    started = time.perf_counter()
-    if args.patched:
-        staged_root, notes = copy_patched(args.patched, out / "consumer", args.generator.partition(":")[0])
-        report["notes"] += notes
-    else:
-        staged = stage(args.consumer, out / "consumer", args.generator.partition(":")[0], args.vllm,
-                       tuple(args.without), args.unpatched)
-        staged_root = staged.root
-        report["notes"] += list(staged.notes)
-        report["fix"] = [{"fixer": p.fixer, "notes": p.notes} for p in staged.fix.plans]
+    report: dict = {"model": str(model), "architecture": (config.get("architectures") or ["?"])[0],
+                    "layer_ids": layer_ids, "prompts": len(user), "tp": args.tp, "dtype": args.dtype,
+                    "max_model_len": context, "notes": list(staging["notes"])}
+    if "fix" in staging:
+        report["fix"] = staging["fix"]
     work = plan(user, args.batch_size, vocab, context, layer_ids, layers, out, args.seed, chosen)
     report["workload"] = work.sizes
     spec = {"generator": args.generator, "model": str(model), "max_model_len": context,
@@ -171,7 +205,9 @@ def _extract(args: argparse.Namespace) -> int:
     result = _engine_run(spec, out, env, args.timeout)
     report["run"] = {k: v for k, v in result.items() if k != "log"}
     main_engine = result.get("engines", {}).get("main", {})
-    ok = _crash(result) is None
+    crash = _crash(result)
+    ok = crash is None
+    dtype = args.dtype
     if ok:
         facts = main_engine["facts"]
         dtype = facts["engine_dtype"]
@@ -191,11 +227,38 @@ def _extract(args: argparse.Namespace) -> int:
             found = consistency.evaluate(run, chosen)
             report["checks"] = [c.as_dict() for c in found]
             ok = ok and all(c.state in (consistency.PASS, consistency.NOT_RUN) for c in found)
+    if not ok and crash is None:
+        # Wrong states: the capture's fault only if vLLM's own engine computes the model as HF does.
+        from compat.extract import own
+
+        compared = own.measure(model, [work.prompts[i] for i in (work.realistic or range(len(user)))], dtype,
+                               context, out / "own", env, args.timeout)
+        report["own"] = compared.as_dict() if isinstance(compared, own.OwnComparison) else {"error": compared}
+    report["crash"] = {"error": crash[0], "traceback": crash[1]} if crash is not None else None
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["verdict"] = "pass" if ok else "fail"
     atomic_write_text(out / "report.json", json.dumps(report, indent=2, default=str))
-    _print(report, result, out)
-    return 0 if ok else 1
+    return report
+
+
+def _families(args: argparse.Namespace, families: list[str], out: Path, staged_root: Path, staging: dict) -> int:
+    """Each family through the staged consumer on its own engine (the realistic check unless others are asked
+    for), and a table of outcomes (``out/families.json``): exit 1 if any family's states are wrong while vLLM's own
+    engine computes it as HF does."""
+    from compat.extract.families import outcome, render
+
+    if args.checks is None and not args.check:
+        args.checks = "realistic"
+    rows = []
+    for family in families:
+        started = time.perf_counter()
+        report = _run(args, _model(args, family), out / family, staged_root, staging, started)
+        rows.append(outcome(family, report))
+        print(render([rows[-1]], header=False), flush=True)
+    atomic_write_text(out / "families.json", json.dumps([r.as_dict() for r in rows], indent=2))
+    print(f"compat.extract: {len(rows)} families; table: {out / 'families.json'}")
+    print(render(rows))
+    return 1 if any(r.failed for r in rows) else 0
 
 
 def _crash(result: dict) -> tuple[str, str] | None:
@@ -211,16 +274,16 @@ def _crash(result: dict) -> tuple[str, str] | None:
     return None
 
 
-def _print(report: dict, result: dict, out: Path) -> None:
+def _print(report: dict, out: Path) -> None:
     print(f"compat.extract: {report['verdict'].upper()} ({report['seconds']} s); report: {out / 'report.json'}")
     for note in report["notes"]:
         print(f"  note: {note}")
-    crash = _crash(result)
+    crash = report.get("crash")
     if crash is not None:
-        print(f"  the run crashed: {crash[0]}")
-        print("  " + "\n  ".join(crash[1].strip().splitlines()[-12:]))
+        print(f"  the run crashed: {crash['error']}")
+        print("  " + "\n  ".join(crash["traceback"].strip().splitlines()[-12:]))
         return
-    engine = result["engines"]["main"]
+    engine = report["run"]["engines"]["main"]
     main = engine["jobs"]["main"]
     print(f"  engine start {engine['init_s']} s; {len(main['files'])} samples, {main['tokens']} tokens in "
           f"{main['generate_s']} s")
@@ -233,6 +296,8 @@ def _print(report: dict, result: dict, out: Path) -> None:
     for check in report.get("checks", []):
         state = {"pass": "pass", "fail": "FAIL", "not run": "not run", "varies": "VARIES"}[check["state"]]
         print(f"  check {check['name']:13} {state}: {check['message']}")
+    if "own" in report:
+        print(f"  vLLM's own: {report['own'].get('message') or report['own'].get('error')}")
 
 
 def run() -> None:

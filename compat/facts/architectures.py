@@ -5,6 +5,7 @@ how the top model calls the base model, and whether the class is marked as suppo
 from __future__ import annotations
 
 import ast
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import TypeGuard
 
@@ -44,13 +45,21 @@ class BaseCall:
 
 @dataclass(frozen=True)
 class LayerCall:
-    """How the decoder stack's ``forward`` calls each layer: the argument expressions it passes."""
+    """How the decoder stack's ``forward`` calls each layer: the argument expressions it passes, and the names it
+    assigns the call's result to (``hidden_states, residual = layer(...)``: what it carries to the next layer)."""
 
     positional: tuple[str, ...]
     keywords: tuple[str, ...]
     star_kwargs: tuple[str, ...]
     code: str
     at: str | None
+    targets: tuple[str, ...] = ()
+    keyword_values: tuple[str, ...] = ()
+    """The expressions passed by ``keywords``, in their order."""
+    stream: tuple[str, ...] = ()
+    """Of ``targets``, those the stack hands on as the residual stream after its last layer: to its final norm
+    (``self.norm(hidden_states, residual)``), or, without one, what it returns. Other carried values (HunYuan's
+    cross-layer key/value states) are not the stream."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +100,17 @@ class ModelFacts:
     layer: Layer | None = None
 
 
+_REGISTRIES: weakref.WeakKeyDictionary[StaticSurface, dict[str, tuple[str, str]]] = weakref.WeakKeyDictionary()
+
+
 def registry(surface: StaticSurface) -> dict[str, tuple[str, str]]:
-    """Every ``"Arch": ("module", "Class")`` entry of the build's model registry."""
+    """Every ``"Arch": ("module", "Class")`` entry of the build's model registry (read once per build)."""
+    if surface not in _REGISTRIES:
+        _REGISTRIES[surface] = _read_registry(surface)
+    return _REGISTRIES[surface]
+
+
+def _read_registry(surface: StaticSurface) -> dict[str, tuple[str, str]]:
     info = surface.index.module(REGISTRY)
     entries: dict[str, tuple[str, str]] = {}
     if info is None:
@@ -206,17 +224,54 @@ def _layer_loop_call(surface: StaticSurface, base: Found) -> LayerCall | None:
     if found is None:
         return None
     for sub in ast.walk(found.node):
-        if isinstance(sub, ast.For) and "self.layers" in ast.unparse(sub.iter):
+        if not isinstance(sub, ast.For):
+            continue
+        names = set()
+        if "self.layers" in ast.unparse(sub.iter):
             target = sub.target.elts[-1] if isinstance(sub.target, ast.Tuple) else sub.target
-            if not isinstance(target, ast.Name):
-                continue
-            for call in ast.walk(sub):
-                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == target.id:
+            if isinstance(target, ast.Name):
+                names.add(target.id)
+        # ``for i in range(...): layer = self.layers[i]``
+        names |= {t.id for n in ast.walk(sub) if isinstance(n, ast.Assign) and "self.layers" in ast.unparse(n.value)
+                  for t in n.targets if isinstance(t, ast.Name)}
+        for stmt in ast.walk(sub):
+            calls = [stmt.value] if isinstance(stmt, (ast.Assign, ast.Expr)) else []
+            for call in calls:
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in names:
+                    targets = stmt.targets[0] if isinstance(stmt, ast.Assign) else None
+                    assigned = tuple(ast.unparse(e) for e in targets.elts) if isinstance(targets, ast.Tuple) else \
+                        (ast.unparse(targets),) if targets is not None else ()
+                    named = [k for k in call.keywords if k.arg]
                     return LayerCall(tuple(ast.unparse(a) for a in call.args if not isinstance(a, ast.Starred)),
-                                     tuple(k.arg for k in call.keywords if k.arg),
+                                     tuple(k.arg for k in named if k.arg),
                                      tuple(ast.unparse(k.value) for k in call.keywords if k.arg is None),
-                                     ast.unparse(call), loc(found.module, call))
+                                     ast.unparse(call), loc(found.module, call), assigned,
+                                     tuple(ast.unparse(k.value) for k in named),
+                                     _handed_on(found.node, sub, assigned))
+        for any_call in ast.walk(sub):
+            if isinstance(any_call, ast.Call) and isinstance(any_call.func, ast.Name) and any_call.func.id in names:
+                named = [k for k in any_call.keywords if k.arg]
+                return LayerCall(tuple(ast.unparse(a) for a in any_call.args if not isinstance(a, ast.Starred)),
+                                 tuple(k.arg for k in named if k.arg),
+                                 tuple(ast.unparse(k.value) for k in any_call.keywords if k.arg is None),
+                                 ast.unparse(any_call), loc(found.module, any_call), (),
+                                 tuple(ast.unparse(k.value) for k in named))
     return None
+
+
+def _handed_on(forward: ast.AST, loop: ast.For, targets: tuple[str, ...]) -> tuple[str, ...]:
+    """The loop's carried names the stack's forward passes to its final norm after the loop (``self.norm(...)``),
+    else those it returns; all of them when neither says."""
+    after = [n for n in ast.walk(forward) if getattr(n, "lineno", 0) > (loop.end_lineno or loop.lineno)]
+    normed = {ast.unparse(a) for node in after if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "norm" and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"
+              for a in node.args}
+    passed = tuple(t for t in targets if t in normed)
+    if passed:
+        return passed
+    returned = {n.id for node in after if isinstance(node, ast.Return) and node.value is not None
+                for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+    return tuple(t for t in targets if t in returned) or targets
 
 
 def _layer_class(surface: StaticSurface, base: Found) -> Found | None:

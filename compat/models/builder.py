@@ -1,12 +1,19 @@
 """The tiny-model builder: random weights (or known ones), a local tokenizer, nothing downloaded.
 
 ``build(arch, directory)`` writes a Hugging Face model directory (``config.json``, ``model.safetensors``,
-``tokenizer.json`` ...) that both ``transformers`` and vLLM load. Architectures:
+``tokenizer.json`` ...) that both ``transformers`` and vLLM load. Architectures (``FAMILIES``): one decoder family
+each, hidden 128, 4 layers, 4 heads / 2 KV heads, vocab 2000, 2048 positions, MoE families with 4 experts of
+which 2 are routed to:
 
-- ``llama``: LlamaForCausalLM, hidden 128, 4 layers, 4 heads / 2 KV heads, vocab 2000, 2048 positions.
-- ``qwen3``: Qwen3ForCausalLM of the same size (head_dim 32, q/k norms).
-- ``deepseek_v3``: DeepseekV3ForCausalLM (MLA + MoE): 4 routed experts, 1 shared, first layer dense. The MLA
-  latent is 576 (``kv_lora_rank=512``, ``qk_rope_head_dim=64``), the only size vLLM's CPU MLA backend runs.
+- ``llama``, ``qwen2``, ``qwen3`` (head_dim 32, q/k norms), ``mistral``, ``phi3``, ``glm4``, ``olmo2``,
+  ``gemma2`` and ``gemma3`` (tied embeddings), ``stablelm``, ``exaone4`` (post-norm), ``cohere`` and ``cohere2``
+  (parallel attention and MLP), ``granite`` (residual and embedding multipliers);
+- MoE: ``mixtral``, ``phimoe``, ``qwen2_moe``, ``qwen3_moe``, ``olmoe``, ``granitemoe``, ``gpt_oss``;
+- MLA + MoE: ``deepseek_v2``, ``deepseek_v3`` (4 routed experts, 1 shared, first layer dense; the MLA latent is 576,
+  ``kv_lora_rank=512`` and ``qk_rope_head_dim=64``, the only size vLLM's CPU MLA backend runs).
+
+Which of them an engine runs, and how its layers return the residual stream, is for the build to say
+(``compat.extract --arch all``).
 - ``predictable``: a standard Llama whose attention and MLP weights are zero and whose MLP ``down_proj``
   bias is 1, with embedding row ``t`` equal to ``t`` in coordinate 0 and 0 elsewhere. Every decoder layer
   therefore adds exactly 1 to every coordinate of the residual stream: the hidden state AFTER decoder layer
@@ -23,13 +30,65 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from compat.errors import CompatError
 
-ARCHITECTURES = ("llama", "qwen3", "deepseek_v3", "predictable")
+
+@dataclass(frozen=True)
+class Family:
+    """A decoder family as transformers builds it: its config class, what the tiny size needs beyond the common
+    fields, and what its config.json must say for vLLM to build the same model."""
+
+    config: str
+    extra: dict[str, Any] = field(default_factory=dict)
+    json: dict[str, Any] = field(default_factory=dict)
+    """Written into config.json after ``save_pretrained``."""
+    kv_heads: int = 2
+
+
+_MLA = dict(kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32,
+            n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=64, n_group=1,
+            topk_group=1, first_k_dense_replace=1)
+"""vLLM's CPU MLA backend only runs a 576 latent (512 + 64); one group so the CPU router's grouped top-k has nothing
+to group."""
+_MOE = dict(num_local_experts=4, num_experts_per_tok=2)
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family("LlamaConfig"),
+    "qwen2": Family("Qwen2Config"),
+    "qwen3": Family("Qwen3Config", {"head_dim": 32}),
+    "mistral": Family("MistralConfig"),
+    "mixtral": Family("MixtralConfig", _MOE),
+    "qwen2_moe": Family("Qwen2MoeConfig", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                                           "shared_expert_intermediate_size": 64}),
+    "qwen3_moe": Family("Qwen3MoeConfig", {"head_dim": 32, "num_experts": 4, "num_experts_per_tok": 2,
+                                           "moe_intermediate_size": 64, "decoder_sparse_step": 1}),
+    "gemma2": Family("Gemma2Config", {"head_dim": 32, "tie_word_embeddings": True}),
+    "gemma3": Family("Gemma3TextConfig", {"head_dim": 32, "tie_word_embeddings": True}),
+    "phi3": Family("Phi3Config"),
+    "phimoe": Family("PhimoeConfig", _MOE),
+    "stablelm": Family("StableLmConfig"),
+    "exaone4": Family("Exaone4Config"),
+    "cohere": Family("CohereConfig", {"tie_word_embeddings": True}),
+    "cohere2": Family("Cohere2Config", {"tie_word_embeddings": True}),
+    "granite": Family("GraniteConfig", {"residual_multiplier": 0.5, "embedding_multiplier": 2.0,
+                                        "attention_multiplier": 0.1, "logits_scaling": 2.0}),
+    "granitemoe": Family("GraniteMoeConfig", {**_MOE, "residual_multiplier": 0.5, "embedding_multiplier": 2.0,
+                                              "attention_multiplier": 0.1, "logits_scaling": 2.0}),
+    "olmo2": Family("Olmo2Config"),
+    "olmoe": Family("OlmoeConfig", {"num_experts": 4, "num_experts_per_tok": 2}),
+    "glm4": Family("Glm4Config", {"head_dim": 32}),
+    "deepseek_v2": Family("DeepseekV2Config", _MLA, kv_heads=4),
+    # transformers leaves these out of a V3 config; vLLM then builds no e_score_correction_bias parameter and fails
+    # loading the checkpoint (KeyError), so state V3's real routing here. No MTP module (vLLM would load it).
+    "deepseek_v3": Family("DeepseekV3Config", {**_MLA, "num_mtp_layers": 0},
+                          {"topk_method": "noaux_tc", "scoring_func": "sigmoid"}, kv_heads=4),
+    "gpt_oss": Family("GptOssConfig", {**_MOE, "head_dim": 32}),
+}
+ARCHITECTURES = (*FAMILIES, "predictable")
 DTYPES = ("float32", "bfloat16", "float16")
 MANIFEST = "compat_model.json"
 """Written next to config.json: what was built, and for ``predictable`` the values to expect."""
@@ -65,27 +124,20 @@ class BuiltModel:
 
 
 def _config(spec: ModelSpec):
-    from transformers import DeepseekV3Config, LlamaConfig, Qwen3Config
+    import transformers
 
     heads = 4
+    family = FAMILIES["llama"] if spec.arch == "predictable" else FAMILIES.get(spec.arch)
+    if family is None:
+        raise CompatError(f"unknown architecture {spec.arch!r}; choose one of {', '.join(ARCHITECTURES)}")
     common: dict[str, Any] = dict(
         vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, intermediate_size=2 * spec.hidden_size,
-        num_hidden_layers=spec.num_layers, num_attention_heads=heads, max_position_embeddings=spec.max_positions,
-        bos_token_id=0, eos_token_id=1, pad_token_id=2, tie_word_embeddings=False)
-    if spec.arch == "llama":
-        return LlamaConfig(num_key_value_heads=2, **common)
+        num_hidden_layers=spec.num_layers, num_attention_heads=heads, num_key_value_heads=family.kv_heads,
+        max_position_embeddings=spec.max_positions, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+        tie_word_embeddings=False)
     if spec.arch == "predictable":
-        return LlamaConfig(num_key_value_heads=2, mlp_bias=True, **common)
-    if spec.arch == "qwen3":
-        return Qwen3Config(num_key_value_heads=2, head_dim=spec.hidden_size // heads, **common)
-    if spec.arch == "deepseek_v3":
-        # vLLM's CPU MLA backend only runs a 576 latent (512 + 64); one group so the CPU router's
-        # grouped top-k has nothing to group; no MTP module (vLLM would try to load its weights).
-        return DeepseekV3Config(num_key_value_heads=heads, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
-                                qk_nope_head_dim=32, v_head_dim=32, n_routed_experts=4, n_shared_experts=1,
-                                num_experts_per_tok=2, moe_intermediate_size=spec.hidden_size // 2, n_group=1,
-                                topk_group=1, first_k_dense_replace=1, num_mtp_layers=0, **common)
-    raise CompatError(f"unknown architecture {spec.arch!r}; choose one of {', '.join(ARCHITECTURES)}")
+        common["mlp_bias"] = True
+    return getattr(transformers, family.config)(**{**common, **family.extra})
 
 
 def _make_predictable(model) -> None:
@@ -104,10 +156,8 @@ def _make_predictable(model) -> None:
 
 def _patch_config_json(path: Path, spec: ModelSpec) -> None:
     data = json.loads(path.read_text())
-    if spec.arch == "deepseek_v3":
-        # transformers leaves these out of a V3 config; vLLM then builds no e_score_correction_bias
-        # parameter and fails loading the checkpoint (KeyError), so state V3's real routing here.
-        data.update(topk_method="noaux_tc", scoring_func="sigmoid")
+    if spec.arch in FAMILIES:
+        data.update(FAMILIES[spec.arch].json)
     data["dtype"] = spec.dtype
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
