@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import compat.probes.models as models_probe
 
+from compat.consumer.patches import summed_outputs
 from compat.consumer.result import Kind, ModelPatch
 from compat.errors import CompatError
 from compat.facts import streams
@@ -299,24 +300,6 @@ def _replacement(ctx: FixContext, patch: ModelPatch) -> FunctionNode:
     if function is None or function.name != patch.function.rpartition(".")[2]:
         raise CompatError(f"cannot find the replacement forward {patch.function} at {patch.definition}")
     return function
-
-
-SAME_VALUES = frozenset({"clone", "detach", "contiguous", "float", "to", "cpu"})
-"""Methods a captured value may be wrapped in without changing what it holds."""
-
-
-def summed_outputs(value: ast.expr, outputs: list[str]) -> tuple[int, ...] | None:
-    """Which of ``outputs`` (the names a layer call's result is unpacked into) ``value`` adds up, or None when it is
-    not such a sum (``(hidden_states + residual).clone()`` is ``(0, 1)``)."""
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in SAME_VALUES:
-        value = value.func.value
-    if isinstance(value, ast.Name) and value.id in outputs:
-        return (outputs.index(value.id),)
-    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
-        left, right = summed_outputs(value.left, outputs), summed_outputs(value.right, outputs)
-        if left is not None and right is not None and not set(left) & set(right):
-            return tuple(sorted(left + right))
-    return None
 
 
 def _read_capture(forward: FunctionNode) -> Capture:

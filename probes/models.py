@@ -6,7 +6,7 @@ import difflib
 from collections.abc import Iterable
 
 from compat.consumer.result import Kind, ModelPatch, Ref, RefKind
-from compat.facts import architectures
+from compat.facts import architectures, streams
 from compat.facts.architectures import ModelFacts
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.location import Location
@@ -63,6 +63,7 @@ class ModelConventionProbe(Probe):
         yield from self._layer_call(patch, arch, facts)
         yield from self._forward_signature(patch, arch, facts)
         yield from self._eagle3(ctx, patch, arch, facts)
+        yield from self._capture(ctx, patch, arch, facts)
 
     def _path(self, patch: ModelPatch, arch: str, facts: architectures.ModelFacts) -> Finding:
         mine, theirs = consumer_path(patch.target), list(facts.path or ())
@@ -192,11 +193,62 @@ class ModelConventionProbe(Probe):
                 yield self._finding(patch, arch, "eagle3", Status.BROKEN, message, facts.class_at,
                                     checks[0].location)
 
+    def _capture(self, ctx: ProbeContext, patch: ModelPatch, arch: str, facts: ModelFacts) -> Iterable[Finding]:
+        """What the replacement forward keeps of each layer against the residual stream after that layer, as the
+        layer's own code returns it (``compat.facts.streams``)."""
+        if not patch.captures:
+            return
+        kept = patch.captures[0]
+        stream = ctx.fact(streams.FACT, arch)
+        said = stream.description or stream.reason
+        evidence = Evidence(audited=f"{stream.layer}.forward ({stream.forward_at}): {said}")
+        if stream.outputs is None:
+            yield self._finding(patch, arch, "capture", Status.UNKNOWN, f"cannot read how {stream.layer or arch}'s "
+                                f"decoder layer returns the residual stream: {stream.reason}", stream.forward_at,
+                                kept.location, evidence)
+            return
+        if kept.summed is None:
+            yield self._finding(patch, arch, "capture", Status.UNKNOWN, "the replacement forward keeps "
+                                f"`{kept.expression}`, which is not a sum of the layer's outputs "
+                                f"({', '.join(kept.outputs)}): cannot tell whether it is the residual stream",
+                                stream.forward_at, kept.location, evidence)
+            return
+        layer = (stream.layer or "").rpartition(".")[2]
+        if kept.summed == stream.outputs:
+            yield self._finding(patch, arch, "capture", Status.OK, "the replacement forward keeps "
+                                f"`{kept.expression}`, the residual stream after {layer}, which "
+                                f"{stream.description}", stream.forward_at, kept.location, evidence)
+            return
+        twice = set(kept.summed) > set(stream.outputs)
+        message = (f"the replacement forward keeps `{kept.expression}` ({_outputs(kept.summed)}), but {layer} "
+                   f"{stream.description}: the stored state is not the residual stream after the layer"
+                   + (", it counts the residual twice" if twice else ""))
+        fix = f"keep {_outputs(stream.outputs)} of {layer}'s outputs"
+        if _refused_first(ctx, facts):
+            yield self._finding(patch, arch, "capture", Status.UNKNOWN, message + f" (not reached: the consumer's "
+                                f"supports_eagle3 check refuses {arch} in this build first)", stream.forward_at,
+                                kept.location, evidence, fix)
+            return
+        yield self._finding(patch, arch, "capture", Status.BROKEN, message, stream.forward_at, kept.location, evidence,
+                            fix)
+
+
+def _outputs(indices: tuple[int, ...]) -> str:
+    return " + ".join(f"output[{i}]" for i in indices) if indices else "the output itself"
+
+
+def _refused_first(ctx: ProbeContext, facts: ModelFacts) -> bool:
+    """The consumer's ``supports_eagle3`` check refuses the architecture in this build before anything is captured."""
+    return facts.eagle3 is False and any(tp.kind == Kind.CALL and tp.symbol.endswith("supports_eagle3")
+                                         for tp in ctx.scan.touchpoints)
+
 
 PROBE = ModelConventionProbe(
     name="model",
     description="For each architecture (--architectures): registry entry, the attribute path to the decoder stack, "
                 "the base model's embedding method, how the build calls its decoder layers (order, extra arguments, "
-                "pass-through keywords) and the EAGLE-3 marker, checked against the consumer's replacement forward.",
+                "pass-through keywords), the EAGLE-3 marker and which of the layer's outputs are the residual stream "
+                "after it (read from the layer's code), checked against the consumer's replacement forward and what "
+                "it keeps of each layer.",
     order=70,
 )

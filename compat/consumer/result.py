@@ -252,6 +252,18 @@ class SelfUse:
 
 
 @dataclass(frozen=True)
+class Captured:
+    """A value a replacement forward keeps of each layer (``captured.append(hidden_states + residual)``)."""
+
+    expression: str
+    outputs: tuple[str, ...]
+    """The names the layer call's result is unpacked into (``hidden_states, residual = layer(...)``)."""
+    summed: tuple[int, ...] | None
+    """Which of those outputs the value adds up; None when it is not such a sum."""
+    location: Location
+
+
+@dataclass(frozen=True)
 class ModelPatch:
     """A consumer function installed as a vLLM model's ``forward`` (``types.MethodType(f, model.model)``)."""
 
@@ -270,6 +282,8 @@ class ModelPatch:
     layer_calls: tuple[SelfUse, ...] = ()
     """Calls of the decoder layers the replacement iterates over."""
     code: str = ""
+    captures: tuple[Captured, ...] = ()
+    """What it keeps of each layer, inside its loop over the layers."""
 
 
 @dataclass(frozen=True)

@@ -436,6 +436,10 @@ class Evaluator:
         for side in (left, right):
             if isinstance(side, Unknown):
                 return side
+        if any(isinstance(side, Const) and side.value is None for side in (left, right)) and any(
+                isinstance(side, Stream) for side in (left, right)):
+            state.dead = True  # a tensor and None: Python raises here, so no result comes from this path
+            return Unknown(f"{ast.unparse(node)[:60]} with None at line {node.lineno} raises")
         if isinstance(left, Stream) and isinstance(right, Stream):
             if isinstance(node.op, (ast.Add, ast.Sub)):
                 return add(left, right, 1 if isinstance(node.op, ast.Add) else -1, oid)

@@ -136,20 +136,16 @@ def choose(value: Value, allowed: tuple[int, ...] | None = None) -> tuple[int, .
 
 
 def describe(outputs: tuple[int, ...], returned: Value, inputs: tuple[str, ...]) -> str:
+    """The convention in words: what the layer returns and which sum is the stream."""
     if not outputs:
         return "returns the residual stream itself"
-    items = returned.items if isinstance(returned, Tup) else ()
+    count = len(returned.items) if isinstance(returned, Tup) else 1
+    shape = f"({', '.join(f'output[{i}]' for i in range(count))})"
+    summed = " + ".join(f"output[{i}]" for i in outputs)
     if len(outputs) == 1:
-        rest = [i for i, v in enumerate(items) if isinstance(v, Stream) and i not in outputs]
-        added = " with the residual already added" if rest else ""
-        return f"returns the stream as output[{outputs[0]}]{added}; the other output" \
-               f"{'s are' if len(rest) > 1 else ' is'} not added to it" if rest else \
-            f"returns the stream as output[{outputs[0]}]"
-    carrying = [i for i in outputs if isinstance(items[i], Stream) and items[i].inputs]
-    fresh = [i for i in outputs if i not in carrying]
-    return (f"returns {', '.join(f'output[{i}]' for i in outputs)} with the residual not yet added "
-            f"(output[{carrying[0]}] carries it, output[{fresh[0]}] is what the layer adds): the stream is their sum"
-            if carrying and fresh else f"the stream is the sum of outputs {outputs}")
+        return f"returns {shape} with the residual already added to output[{outputs[0]}]: the stream after it is " \
+               f"output[{outputs[0]}] alone"
+    return f"returns {shape} with the residual not yet added: the stream after it is {summed}"
 
 
 def read(surface: StaticSurface, arch: str) -> StreamFacts:

@@ -38,7 +38,10 @@ NORMS = '''
     @register_op
     def rms_norm(x, weight, epsilon):
         variance = x.pow(2).mean(dim=-1, keepdim=True)
-        return x * torch.rsqrt(variance + epsilon) * weight
+        x = x * torch.rsqrt(variance + epsilon)
+        if weight is not None:
+            x = x * weight
+        return x
 
 
     class RMSNorm(CustomOp):

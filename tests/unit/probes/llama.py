@@ -4,6 +4,23 @@ them."""
 
 from __future__ import annotations
 
+FUSED = """
+            if residual is None:
+                residual = hidden_states
+            else:
+                residual = hidden_states + residual
+            hidden_states = torch.sigmoid(torch.tanh(residual))
+            return hidden_states, residual"""
+"""Llama's convention: the residual returned apart, not yet added (the stream is the sum of both outputs)."""
+ADDED = """
+            if residual is None:
+                residual = hidden_states
+            else:
+                residual = hidden_states + residual
+            hidden_states = residual + torch.sigmoid(residual)
+            return hidden_states, residual"""
+"""StableLM's: the residual already added to the first output (the stream is that output alone)."""
+
 REGISTRY = '_MODELS = {"LlamaForCausalLM": ("llama", "LlamaForCausalLM")}\n'
 
 UTILS = "def make_layers(n, layer_fn, prefix):\n    return 0, n, [layer_fn(prefix=prefix) for _ in range(n)]\n"
@@ -21,12 +38,14 @@ INTERFACES = '''
 '''
 
 LLAMA = '''
+    import torch
+
     from vllm.model_executor.models.utils import make_layers
 
 
     class LlamaDecoderLayer:
         def forward(self, positions, hidden_states, residual{residual_default}):
-            return hidden_states, residual
+{layer_body}
 
 
     class LlamaModel:
@@ -42,6 +61,7 @@ LLAMA = '''
             hidden_states, residual = self.{embed}(input_ids), None
             for layer in self.layers[self.start_layer:self.end_layer]:
                 hidden_states, residual = layer(positions, hidden_states, residual{layer_kwargs})
+            hidden_states, _ = self.norm(hidden_states, residual)
             return hidden_states
 
 
@@ -59,8 +79,10 @@ LLAMA = '''
 
 def build(*, residual_default: str = "", embed: str = "embed_input_ids", base_kwargs: str = "",
           layer_kwargs: str = "", eagle3: bool = True, top_keywords: str = "", protocol: bool = True,
-          registered: bool = True, stack: bool = True) -> dict[str, str]:
+          registered: bool = True, stack: bool = True, layer_body: str = FUSED) -> dict[str, str]:
+    """``layer_body``: the decoder layer's forward body (``FUSED``, ``ADDED``)."""
     llama = LLAMA.format(residual_default=residual_default, embed=embed, base_kwargs=base_kwargs,
+                         layer_body=layer_body.strip("\n"),
                          layer_kwargs=layer_kwargs, eagle3="(SupportsEagle3)" if eagle3 else "",
                          top_keywords=top_keywords)
     if eagle3:
@@ -88,8 +110,10 @@ from vllm import LLM
 def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None{forward_kwargs}):
     hidden_states = self.{embed}(input_ids)
     residual = None
+    captured = []
     for layer in self.layers:
         hidden_states, residual = layer({layer_args})
+        captured.append({keep})
     return hidden_states
 
 
@@ -105,10 +129,11 @@ def start():
 
 
 def patch(*, embed: str = "embed_input_ids", layer_args: str = "positions, hidden_states, residual",
-          path: str = "model.model", forward_kwargs: str = "", eagle3_check: bool = False, body: str = "") -> str:
+          path: str = "model.model", forward_kwargs: str = "", eagle3_check: bool = False, body: str = "",
+          keep: str = "hidden_states + residual") -> str:
     """The consumer: a worker extension that replaces the decoder stack's forward."""
     imports = "from vllm.model_executor.models.interfaces import supports_eagle3\n" if eagle3_check else ""
     if eagle3_check:
         body += "\n    def check(self):\n        return supports_eagle3(self.model_runner.model)\n"
     return PATCH.format(imports=imports, forward_kwargs=forward_kwargs, embed=embed, layer_args=layer_args,
-                        path=path, body=body)
+                        path=path, body=body, keep=keep)

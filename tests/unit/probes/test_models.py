@@ -8,7 +8,7 @@ from compat.probes.models import PROBE
 
 from compat.findings import Status
 
-from .llama import build, patch
+from .llama import ADDED, build, patch
 
 ARCH = "LlamaForCausalLM"
 LLAMA = "vllm/model_executor/models/llama.py"
@@ -56,6 +56,23 @@ CASES = [
                  id="eagle3-ok"),
     pytest.param(patch(eagle3_check=True), build(eagle3=False), "eagle3", Status.BROKEN,
                  ["does not implement SupportsEagle3", "missing supports_eagle3"], id="eagle3-broken"),
+    pytest.param(patch(), build(), "capture", Status.OK,
+                 ["keeps `hidden_states + residual`, the residual stream after LlamaDecoderLayer",
+                  "residual not yet added"], id="capture-ok"),
+    pytest.param(patch(), build(layer_body=ADDED), "capture", Status.BROKEN,
+                 ["keeps `hidden_states + residual` (output[0] + output[1])", "already added to output[0]",
+                  "counts the residual twice"], id="capture-broken"),
+    pytest.param(patch(keep="(hidden_states + residual).clone()"), build(layer_body=ADDED), "capture", Status.BROKEN, ["counts the residual twice"], id="capture-broken-cloned"),
+    pytest.param(patch(keep="hidden_states"), build(layer_body=ADDED), "capture",
+                 Status.OK, ["keeps `hidden_states`, the residual stream"], id="capture-ok-already-added"),
+    pytest.param(patch(eagle3_check=True), build(eagle3=False, layer_body=ADDED),
+                 "capture", Status.UNKNOWN, ["counts the residual twice", "not reached",
+                                             "supports_eagle3 check refuses LlamaForCausalLM"],
+                 id="capture-unknown-refused-first"),
+    pytest.param(patch(keep="residual * 2"), build(), "capture", Status.UNKNOWN,
+                 ["keeps `residual * 2`, which is not a sum of the layer's outputs"], id="capture-unknown-not-a-sum"),
+    pytest.param(patch(), build(layer_body="            return torch.ops.x(hidden_states), residual"), "capture", Status.UNKNOWN,
+                 ["cannot read how", "returns the residual stream"], id="capture-unknown-unreadable"),
     pytest.param(patch(eagle3_check=True), build(protocol=False, eagle3=False), "eagle3", Status.UNKNOWN,
                  ["cannot read the SupportsEagle3 protocol"], id="eagle3-unknown"),
 ]
