@@ -7,7 +7,7 @@ from dataclasses import replace
 from enum import Enum
 from typing import Any
 
-from compat.facts import architectures, hashing, observed, protocol, replies, startup
+from compat.facts import architectures, hashing, observed, protocol, replies, startup, streams
 from compat.findings import Confirmation, Evidence, Finding, FindingKind, Status
 from compat.probe import Probe, ProbeContext
 
@@ -51,7 +51,8 @@ class ConfirmProbe(Probe):
             if check.model is None:
                 yield self._failed(f"model {arch}", check.run, ("model",))
                 continue
-            yield from self._model(ctx.fact(architectures.FACT, arch), arch, check.model)
+            yield from self._model(ctx.fact(architectures.FACT, arch), arch, check.model,
+                                   ctx.fact(streams.FACT, arch))
         listed = {s.name for s in ctx.fact(startup.FACT).steps
                   if s.kind in (startup.StepKind.EXECUTOR, startup.StepKind.FUNCTION)}
         taken = list(engine.startup_calls)
@@ -60,7 +61,8 @@ class ConfirmProbe(Probe):
                             [], missed, extra=(("taken", ", ".join(taken)),
                                                ("listed_not_taken", ", ".join(sorted(listed - set(taken))))))
 
-    def _model(self, static: architectures.ModelFacts, arch: str, model: observed.ModelSeen) -> Iterable[Finding]:
+    def _model(self, static: architectures.ModelFacts, arch: str, model: observed.ModelSeen,
+               stream: streams.StreamFacts | None = None) -> Iterable[Finding]:
         layer = static.layer
         for label, static_value, runtime_value in (
                 ("path to the decoder stack", _list(static.path), _list(model.path)),
@@ -71,6 +73,13 @@ class ConfirmProbe(Probe):
                  list(model.layer_parameters)),
                 ("supports_eagle3", static.eagle3, model.eagle3)):
             yield self._compare("model", f"{arch} {label}", static_value, runtime_value)
+        if stream is not None:
+            # Which outputs sum to the residual stream after each layer: read from the layer's code, and seen on
+            # the engine against HF transformers' own state after the layer.
+            yield self._compare("model", f"{arch} decoder layer outputs that sum to the residual stream",
+                                list(stream.outputs) if stream.outputs is not None else None,
+                                list(model.stream) if model.stream is not None else None,
+                                extra=(("runtime_note", model.stream_note or f"relative error {model.stream_error}"),))
 
     def _replies(self, tp: int, facts: replies.ReplyFacts, check: observed.Check) -> Iterable[Finding]:
         seen = check.replies

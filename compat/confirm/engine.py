@@ -190,6 +190,100 @@ def _model_facts(worker: Any) -> dict:
     return facts
 
 
+_HOOKS: list = []
+_SEEN: list = []
+
+
+def _decoder_stack(model: Any) -> Any:
+    for path in (("model",), ("language_model", "model"), ("model", "language_model"), ()):
+        obj = model
+        for name in path:
+            obj = getattr(obj, name, None)
+        if obj is not None and hasattr(obj, "layers"):
+            return obj
+    return None
+
+
+def _hook_layers(worker: Any) -> int:
+    """Runs in the worker: keep what each decoder layer returns (on the CPU, in float32) for the next pass."""
+    import torch
+
+    stack = _decoder_stack(worker.model_runner.model)
+    if stack is None:
+        return 0
+
+    def keep(index: int) -> Any:
+        def hook(_module: Any, _args: Any, output: Any) -> None:
+            items = output if isinstance(output, tuple) else (output,)
+            _SEEN.append((index, isinstance(output, tuple),
+                          [x.detach().float().cpu().clone() if torch.is_tensor(x) else None for x in items]))
+        return hook
+
+    _HOOKS[:] = [layer.register_forward_hook(keep(i)) for i, layer in enumerate(stack.layers)]
+    return len(_HOOKS)
+
+
+def _seen_layers(worker: Any) -> list:
+    """Runs in the worker: what the hooks kept, and the hooks removed."""
+    for handle in _HOOKS:
+        handle.remove()
+    _HOOKS.clear()
+    seen, _SEEN[:] = list(_SEEN), []
+    return seen
+
+
+STREAM_PROMPT = list(range(3, 40))
+
+
+def observe_stream(llm: Any, executor: Any, model_dir: str, dtype: str) -> dict:
+    """Which of each decoder layer's outputs, summed, equal the residual stream HF transformers computes after that
+    layer (float32, same weights, same prompt): the runtime side of ``compat.facts.streams``. ``stream`` is the
+    sum every layer agrees on (``[]`` for a layer returning one tensor), or None with why."""
+    import itertools
+
+    import torch
+    from transformers import AutoModelForCausalLM
+    from vllm import SamplingParams
+
+    step("observe what the decoder layers return")
+    if not executor.collective_rpc(_hook_layers)[0]:
+        return {"stream": None, "stream_note": "no decoder stack found in the worker"}
+    llm.generate([{"prompt_token_ids": STREAM_PROMPT}], SamplingParams(max_tokens=1), use_tqdm=False)
+    first: dict[int, tuple[bool, list]] = {}
+    for index, is_tuple, items in executor.collective_rpc(_seen_layers)[0]:
+        first.setdefault(index, (is_tuple, items))  # the prefill pass
+    step("HF transformers' residual stream after each layer (float32)")
+    hf: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    outputs: list = []
+    hooks = [layer.register_forward_hook(lambda _m, _a, o: outputs.append(o[0] if isinstance(o, tuple) else o))
+             for layer in hf.get_decoder().layers]
+    with torch.no_grad():
+        hf(torch.tensor([STREAM_PROMPT]))
+    for handle in hooks:
+        handle.remove()
+    bound = 1e-3 if dtype == "float32" else 3e-2  # the gate's floors (compat.gate.recompute.TOLERANCES)
+    chosen: set = set()
+    worst = 0.0
+    for index, (is_tuple, items) in sorted(first.items()):
+        want = outputs[index].reshape(-1, outputs[index].shape[-1])
+        tensors = [i for i, x in enumerate(items) if x is not None]
+        best = None
+        for size in range(1, len(tensors) + 1):
+            for subset in itertools.combinations(tensors, size):
+                got = sum(items[i] for i in subset).reshape(want.shape)
+                error = float((got - want).norm() / want.norm())
+                if best is None or error < best[1]:
+                    best = (subset if is_tuple else (), error)
+        if best is None or best[1] > bound:
+            return {"stream": None, "stream_note": f"no sum of decoder layer {index}'s outputs is HF's state after "
+                                                   f"it (closest {best[1] if best else None:.3g} relative)"}
+        chosen.add(best[0])
+        worst = max(worst, best[1])
+    if len(chosen) != 1:
+        return {"stream": None, "stream_note": f"the layers' streams are different sums: {sorted(chosen)}"}
+    return {"stream": list(chosen.pop()), "stream_error": worst}
+
+
 def engine(spec: dict) -> dict:
     """One in-process engine: start-up steps, model conventions, execution protocol, block hashing."""
     from vllm import LLM, SamplingParams
@@ -210,6 +304,7 @@ def engine(spec: dict) -> dict:
     executor = core.model_executor
     step("read the model's conventions in the worker")
     out["model"] = executor.collective_rpc(_model_facts)[0]
+    out["model"].update(observe_stream(llm, executor, spec["model"], spec["dtype"]))
     config = core.vllm_config.cache_config
     out["prefix_caching"] = bool(config.enable_prefix_caching)
     block = config.block_size
@@ -261,7 +356,10 @@ def model_only(spec: dict) -> dict:
     llm = LLM(model=spec["model"], dtype=spec["dtype"], enforce_eager=True, max_model_len=256,
               distributed_executor_backend="uni")
     step("read the model's conventions in the worker")
-    return {"model": _find_core(llm).model_executor.collective_rpc(_model_facts)[0]}
+    executor = _find_core(llm).model_executor
+    model = executor.collective_rpc(_model_facts)[0]
+    model.update(observe_stream(llm, executor, spec["model"], spec["dtype"]))
+    return {"model": model}
 
 
 def refusal(exc: BaseException) -> BaseException | None:

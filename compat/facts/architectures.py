@@ -14,6 +14,7 @@ from compat.facts.reading import loc, method
 from compat.signature import Parameter, ParamKind, Signature
 from compat.syntax import call_shape, from_def
 from compat.vllm.definitions import ClassModel, definition
+from compat.vllm.modules import ModuleInfo
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import Found, FoundKind
 
@@ -151,13 +152,16 @@ def _own_init(surface: StaticSurface, cls: ClassModel) -> ast.FunctionDef | ast.
     return defined.function if defined is not None else None
 
 
-def _class_of_value(surface: StaticSurface, value: ast.expr, owner: ClassModel, depth: int = 0) -> Found | None:
-    """The class a constructor expression builds (direct, via a method, a class attribute, or the registry)."""
+def _class_of_value(surface: StaticSurface, value: ast.expr, owner: ClassModel, depth: int = 0,
+                    instance: ClassModel | None = None) -> Found | None:
+    """The class a constructor expression builds (direct, via a method, a class attribute, or the registry). A
+    ``self.<method>(...)`` is the method of the object's own class (``instance``): MistralForCausalLM's
+    ``_init_model`` overrides the one LlamaForCausalLM's ``__init__`` calls."""
     if not isinstance(value, ast.Call) or depth > _MAX_DEPTH:
         return None
     func = value.func
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
-        member = surface.member(owner.found, func.attr)
+        member = surface.member((instance or owner).found, func.attr)
         if not isinstance(member, Found):
             return None
         defined = definition(member)
@@ -166,7 +170,7 @@ def _class_of_value(surface: StaticSurface, value: ast.expr, owner: ClassModel, 
         if member.kind == FoundKind.METHOD and defined.function is not None:
             for sub in ast.walk(defined.function):
                 if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Call):
-                    found = _class_of_value(surface, sub.value, defined.owner, depth + 1)
+                    found = _class_of_value(surface, sub.value, defined.owner, depth + 1, instance)
                     if found is not None:
                         return found
             return None
@@ -209,7 +213,7 @@ def find_stack(surface: StaticSurface, top: Found, depth: int = 0) -> tuple[list
     for name, value, owner in _init_assignments(surface, model):
         if name in ("layers",):
             continue
-        cls = _class_of_value(surface, value, owner)
+        cls = _class_of_value(surface, value, owner, instance=model)
         if cls is None or cls.path == top.path:
             continue
         inner = find_stack(surface, cls, depth + 1)
@@ -219,11 +223,26 @@ def find_stack(surface: StaticSurface, top: Found, depth: int = 0) -> tuple[list
 
 
 def _layer_loop_call(surface: StaticSurface, base: Found) -> LayerCall | None:
-    """How the base model's forward calls each layer."""
-    found = method(surface, base, "forward")
-    if found is None:
-        return None
-    for sub in ast.walk(found.node):
+    """How the base model's forward calls each layer: the first ``forward`` along its MRO with a loop over the
+    layers, past those that only hand their arguments to ``super().forward(...)`` (MistralModel's)."""
+    model = surface.class_model(base)
+    for cls in surface.mro(model)[0] if model is not None else []:
+        own = surface.own_member(cls, "forward")
+        defined = definition(own) if own is not None else None
+        if defined is None or defined.function is None:
+            continue
+        call = _loop_call(defined.function, defined.module)
+        if call is not None:
+            return call
+        if not any(isinstance(n, ast.Call) and ast.unparse(n.func) == "super().forward"
+                   for n in ast.walk(defined.function)):
+            return None
+    return None
+
+
+def _loop_call(node: ast.AST, module: ModuleInfo) -> LayerCall | None:
+    """The call of a layer in a loop over ``self.layers`` in ``node`` (a stack's forward)."""
+    for sub in ast.walk(node):
         if not isinstance(sub, ast.For):
             continue
         names = set()
@@ -245,16 +264,16 @@ def _layer_loop_call(surface: StaticSurface, base: Found) -> LayerCall | None:
                     return LayerCall(tuple(ast.unparse(a) for a in call.args if not isinstance(a, ast.Starred)),
                                      tuple(k.arg for k in named if k.arg),
                                      tuple(ast.unparse(k.value) for k in call.keywords if k.arg is None),
-                                     ast.unparse(call), loc(found.module, call), assigned,
+                                     ast.unparse(call), loc(module, call), assigned,
                                      tuple(ast.unparse(k.value) for k in named),
-                                     _handed_on(found.node, sub, assigned))
+                                     _handed_on(node, sub, assigned))
         for any_call in ast.walk(sub):
             if isinstance(any_call, ast.Call) and isinstance(any_call.func, ast.Name) and any_call.func.id in names:
                 named = [k for k in any_call.keywords if k.arg]
                 return LayerCall(tuple(ast.unparse(a) for a in any_call.args if not isinstance(a, ast.Starred)),
                                  tuple(k.arg for k in named if k.arg),
                                  tuple(ast.unparse(k.value) for k in any_call.keywords if k.arg is None),
-                                 ast.unparse(any_call), loc(found.module, any_call), (),
+                                 ast.unparse(any_call), loc(module, any_call), (),
                                  tuple(ast.unparse(k.value) for k in named))
     return None
 
@@ -334,7 +353,16 @@ def _super_keyword(surface: StaticSurface, model: ClassModel, name: str) -> tupl
             if isinstance(sub, ast.Call) and ast.unparse(sub.func) == "super().__init__":
                 for kw in sub.keywords:
                     if kw.arg == name:
-                        return kw.value, cls
+                        value = kw.value
+                        # ``layer_type=layer_type``: the subclass's own parameter, whose default it passes on
+                        # (MistralModel(LlamaModel) takes ``layer_type=MistralDecoderLayer``).
+                        if isinstance(value, ast.Name):
+                            args = init.args
+                            defaults = dict(zip([a.arg for a in args.args][len(args.args) - len(args.defaults):],
+                                                args.defaults))
+                            defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d})
+                            value = defaults.get(value.id, value)
+                        return value, cls
     return None
 
 

@@ -75,6 +75,11 @@ class ModelSeen:
     path: tuple[str, ...] | None = None
     embedding: tuple[str, ...] = ()
     layer_parameters: tuple[str, ...] = ()
+    stream: tuple[int, ...] | None = None
+    """Which of a decoder layer's outputs, summed, equal HF's residual stream after it (``()``: the one tensor it
+    returns), as every layer of one prompt showed; None where no single sum does (``stream_note`` says why)."""
+    stream_error: float | None = None
+    stream_note: str | None = None
 
 
 @dataclass(frozen=True)

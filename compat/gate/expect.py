@@ -56,6 +56,8 @@ class Expectations:
     layer_ids: Expected[tuple[int, ...]] | None = None
     vocab_size: Expected[int] | None = None
     model_type: Expected[str] | None = None
+    dtype_unstated: str | None = None
+    """Why the model's config does not state the dataset's dtype, where it was given but does not."""
 
     def stored_layer_ids(self, view: SampleView) -> tuple[int, ...] | None:
         """The expected layer ids in the order ``view`` stores its numbered layers (vLLM: ascending, whatever
@@ -194,8 +196,16 @@ def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: i
         out["hidden_size"] = Expected(int(data_config.hidden_size), f"model.hidden_size in {data_config.path}")
     if dtype is not None:
         out["dtype"] = Expected(canonical_dtype(dtype), "--dtype")
-    elif model is not None and model.dtype:
+    elif model is not None and model.dtype and not (data_config is not None and model.dtype == "float32"):
         out["dtype"] = Expected(model.dtype, f"dtype in {model.path}")
+    elif model is not None and model.dtype:
+        out["dtype_unstated"] = (f"the model's {model.dtype} ({model.path}) is run by vLLM's dtype='auto' "
+                                 "(speculators' generator) in the platform's preferred dtype, which no file records")
+    # A speculators dataset (its data_config.json) was written by a generator that builds its engine with
+    # ModelConfig(dtype="auto") (speculators 0.3.0, vllm_hidden_states_generator.py), and vLLM's auto runs a float32
+    # checkpoint in the platform's preferred dtype (vllm/config/model.py, _resolve_auto_dtype: bfloat16 where the
+    # platform supports it), which neither the checkpoint nor data_config.json records: the dataset's own dtype is
+    # expected then (fill_from_dataset), and samples that differ from it still stand out.
     if stated_ids is not None:
         out["layer_ids"] = stated_ids
     elif data_config is not None and data_config.layer_ids:
@@ -217,11 +227,11 @@ def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: i
     return Expectations(**out), tuple(conflicts)
 
 
-def _majority(values: list, label: str) -> Expected | None:
+def _majority(values: list, label: str, why: str | None = None) -> Expected | None:
     if not values:
         return None
     value, n = Counter(values).most_common(1)[0]
-    return Expected(value, f"what {n} of {len(values)} samples have; no {label} was given")
+    return Expected(value, f"what {n} of {len(values)} samples have; " + (why or f"no {label} was given"))
 
 
 def fill_from_dataset(exp: Expectations, samples: list[SampleView]) -> Expectations:
@@ -233,5 +243,5 @@ def fill_from_dataset(exp: Expectations, samples: list[SampleView]) -> Expectati
     if exp.hidden_size is None:
         changes["hidden_size"] = _majority([s.layers[0].shape[-1] for s in sound], "--hidden-size or --model")
     if exp.dtype is None:
-        changes["dtype"] = _majority([s.layers[0].dtype for s in sound], "--dtype or --model")
+        changes["dtype"] = _majority([s.layers[0].dtype for s in sound], "--dtype or --model", exp.dtype_unstated)
     return replace(exp, **{k: v for k, v in changes.items() if v is not None})

@@ -48,6 +48,11 @@ class Family:
     """Written into config.json after ``save_pretrained``."""
     kv_heads: int = 2
 
+    @property
+    def architecture(self) -> str:
+        """The ``architectures[0]`` transformers writes for it (``LlamaConfig`` -> ``LlamaForCausalLM``)."""
+        return self.config.removesuffix("TextConfig").removesuffix("Config") + "ForCausalLM"
+
 
 _MLA = dict(kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32,
             n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=64, n_group=1,

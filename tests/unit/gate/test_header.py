@@ -8,7 +8,7 @@ import torch
 
 from compat.findings import Status
 
-from .conftest import H, ids, layered, model_config, one, spec, write_eagle, write_vllm
+from .conftest import H, ids, layered, model_config, one, spec, write_data_config, write_eagle, write_vllm
 
 BROKEN, UNKNOWN = Status.BROKEN, Status.UNKNOWN
 
@@ -125,3 +125,18 @@ def test_a_sound_sample_has_no_header_finding(gate, write):
     write(gate)
     result = gate.run(hidden_size=H, layers=None, values=True)
     assert result.exit_code == 0 and not result.failing(), [(f.check, f.message) for f in result.failing()]
+
+
+def test_a_float32_checkpoint_written_through_vllm_auto_expects_the_dataset_s_dtype(gate, tmp_path):
+    """speculators' generator runs the engine with dtype="auto", which runs a float32 checkpoint in the platform's
+    preferred dtype: with its data_config.json, a float32 config.json does not make bfloat16 layers wrong; without
+    one (no writer known), it does. Samples that differ from the dataset's dtype stand out either way."""
+    model = model_config(tmp_path / "model", torch_dtype="float32")
+    gate.write("data_0.pt", spec())
+    assert [f.status for f in gate.findings("dtype", model=model)] == [BROKEN]
+    write_data_config(gate.root, [0, 1, 2], H)
+    assert not gate.findings("dtype", model=model)
+    gate.write("data_1.pt", spec(dtype=torch.float16))
+    gate.write("data_2.pt", spec())
+    [odd] = gate.findings("dtype", model=model)
+    assert "data_1.pt" in str(odd.consumer_location) and "expected bfloat16" in odd.message

@@ -83,3 +83,13 @@ def test_sound_values_give_no_finding(gate):
     assert not [f for f in result.findings if f.check in ("finite", "nonzero_layer", "zero_rows", "distinct_layers",
                                                           "distinct_rows", "layer_order")]
     assert result.exit_code == 0
+
+
+def test_slots_of_one_declared_layer_may_be_identical(gate):
+    """speculators' default ids for a six-layer model are [2, 3, 3, 5]: two slots hold layer 3 by design."""
+    _damaged(_duplicate)(gate)
+    write_data_config(gate.root, [2, 3, 3], H)
+    assert not gate.findings("distinct_layers", values=True)
+    write_data_config(gate.root, [2, 3, 4], H)
+    one(gate.findings("distinct_layers", values=True), Status.BROKEN,
+        "hidden_states[1] (layer 3) and hidden_states[2] (layer 4) are identical")
