@@ -237,7 +237,7 @@ def _majority(values: list, label: str, why: str | None = None) -> Expected | No
 def fill_from_dataset(exp: Expectations, samples: list[SampleView]) -> Expectations:
     """Expectations nobody stated are taken from the dataset's majority, so outliers still stand out."""
     sound = [s for s in samples if s.layers and all(len(t.shape) == 2 for t in s.layers)]
-    changes = {}
+    changes: dict[str, Any] = {}
     if exp.layers is None:
         changes["layers"] = _majority([s.numbered for s in samples if s.layers], "--layers")
     if exp.hidden_size is None:
