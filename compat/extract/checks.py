@@ -493,6 +493,18 @@ def oov(run: Run) -> Check:
     return _refused(run, "oov", "token ids outside the vocabulary", r"vocab")
 
 
+def relabel(run: Run) -> Check:
+    """``generator.layer_ids`` changed after the generator was built: the states would be other layers' under the
+    new labels (the hooks were installed for the old ids), so the call must refuse, saying so."""
+    return _refused(run, "relabel", "layer ids changed after the generator was built", r"layer")
+
+
+def nonfinite(run: Run) -> Check:
+    """NaN in a decoder layer's output (put there on purpose, as a model vLLM computes wrongly gives): the call
+    refuses, naming the sample and the layer, instead of returning the states."""
+    return _refused(run, "nonfinite", "NaN in a captured layer", r"sample \d+.*layer \d+.*(non-finite|nan)")
+
+
 def native(run: Run) -> Check:
     """The samples equal vLLM's own ``extract_hidden_states`` on the same build, weights and prompts, run batched."""
     if run.native is None:
@@ -531,7 +543,8 @@ def native(run: Run) -> Check:
 
 CHECKS = {"realistic": realistic, "split": split, "seq-limit": seq_limit, "preempt": preempt, "batch": batch,
           "native": native, "kv-capacity": capacity, "layer-order": layer_order, "truncation": truncation,
-          "after-failure": after_failure, "leftovers": leftovers, "empty": empty, "oov": oov}
+          "after-failure": after_failure, "leftovers": leftovers, "empty": empty, "oov": oov, "relabel": relabel,
+          "nonfinite": nonfinite}
 
 
 def evaluate(run: Run, names: tuple[str, ...]) -> list[Check]:

@@ -32,6 +32,8 @@ from compat.models.builder import ARCHITECTURES, FAMILIES
 
 GENERATOR = "speculators.data_generation.vllm_hidden_states_generator:VllmHiddenStatesGenerator"
 ALL = "all"
+NONE = "none"
+"""``--checks none``: no check (with several families, whose default is ``realistic``)."""
 CONTEXT = 1024
 """The context the engine gets by default (at most the model's): prompts of realistic lengths up to it average
 well above a step's token budget over its sequence limit (8192 / 32 for speculators' generator)."""
@@ -65,7 +67,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", help="auto (the consumer's own), float32, bfloat16, float16")
     p.add_argument("--reference-samples", type=int, default=0, help="samples recomputed by HF (default: all)")
     p.add_argument("--check", action="store_true", help="run every check too")
-    p.add_argument("--checks", help=f"run these checks (comma-separated: {', '.join(CHECKS)})")
+    p.add_argument("--checks", help=f"run these checks (comma-separated: {', '.join(CHECKS)}; or {NONE}); with "
+                                    "several families, realistic unless this says otherwise")
     p.add_argument("--out", type=Path, help="where outputs and report.json go (default: a temporary directory)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds for the engine run (default 1800)")
     p.add_argument("--seed", type=int, default=0)
@@ -106,7 +109,7 @@ def _chosen(args: argparse.Namespace) -> tuple[str, ...]:
     """The checks asked for: all with ``--check``, or those ``--checks`` names (in the order of ``CHECKS``)."""
     if args.checks is None:
         return CHECKS if args.check else ()
-    names = {n.strip() for n in args.checks.split(",") if n.strip()}
+    names = {n.strip() for n in args.checks.split(",") if n.strip()} - {NONE}
     unknown = sorted(names - set(CHECKS))
     if unknown:
         raise CompatError(f"--checks {', '.join(unknown)}: no such check (checks: {', '.join(CHECKS)})")

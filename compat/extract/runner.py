@@ -1,27 +1,28 @@
-"""Runs inside a child process with the staged consumer and vLLM importable: build the consumer's generator for
-each engine of the spec, run its jobs' calls, save each sample in the consumer's own layout, and record what the
-engine itself did in each call (the evidence the checks need).
+"""Runs inside a child process with the staged consumer and vLLM importable: build the consumer's generator for each
+engine of the spec, run its jobs' calls, save each sample in the consumer's own layout, and record what the engine
+itself did in each call (the evidence the checks need).
 
     python -m compat.extract.runner SPEC.json RESULT.json
 
-SPEC: ``generator`` (``module:Class``), ``model``, ``max_model_len``, ``tensor_parallel_size``, ``dtype``
-(``auto`` keeps the consumer's own), ``prompts`` (token-id lists), ``progress`` (optional: a file rewritten after
-each call with ``{"job", "done"}``) and ``engines``: ``{"name", "layer_ids", "overrides": {"SchedulerConfig":
-{...}, ...}, "jobs": [...]}``. ``overrides`` are keywords added to the consumer's own calls of those config
-classes (a KV cache made small on purpose), where the running build's class takes them. A job is ``{"name",
-"calls": [[prompt index, ...], ...], "out"}`` (``out``: where samples are saved, ``data_<n>.pt`` in call order),
-with ``"expect": "error"`` for calls that must raise, ``"fault": k`` to make decoder layer ``k`` raise during
-its first call, and ``"set": {"module.attribute": value}`` for switches held during the job. Samples are written
-from threads (``Writer``) while the next call runs; a job's ``seconds`` ends once all are written. ``profile``
-(optional: the shim's module) splits each job's time by the shim functions in ``PROFILED``. Each sample is
-``{"input_ids", "hidden_states": [per layer], "loss_mask"}`` (the loss mask all ones: the prompts carry no chat
-roles).
+SPEC: ``generator`` (``module:Class``), ``model``, ``max_model_len``, ``tensor_parallel_size``, ``dtype`` (``auto``
+keeps the consumer's own), ``prompts`` (token-id lists), ``progress`` (optional: a file rewritten after each call
+with ``{"job", "done"}``) and ``engines``: ``{"name", "layer_ids", "overrides": {"SchedulerConfig": {...}, ...},
+"jobs": [...]}``. ``overrides`` are keywords added to the consumer's own calls of those config classes (a KV cache
+made small on purpose), where the running build's class takes them. A job is ``{"name", "calls": [[prompt index,
+...], ...], "out"}`` (``out``: where samples are saved, ``data_<n>.pt`` in call order), with ``"expect": "error"``
+for calls that must raise, ``"fault": k`` to make decoder layer ``k`` raise during its first call (``"poison": k``:
+put NaN into its output), ``"set": {"module.attribute": value}`` for switches held during the job, and ``"relabel":
+[ids]`` for the generator's ``layer_ids`` changed after it was built, for the job (as a user who sets
+``generator.layer_ids`` would). Samples are written from threads (``Writer``) while the next call runs; a job's
+``seconds`` ends once all are written. ``profile`` (optional: the shim's module) splits each job's time by the shim
+functions in ``PROFILED``. Each sample is ``{"input_ids", "hidden_states": [per layer], "loss_mask"}`` (the loss
+mask all ones: the prompts carry no chat roles).
 
-The evidence comes from the engine, not from the consumer: the scheduler's own output of every step (which
-requests it scheduled, how many tokens of each, from which position: a prompt split across steps, a preempted
-request computed again from its start, a step at the sequence limit), how many requests the scheduler and the
-workers still hold after each call, and the warnings the call emitted. RESULT gets it with timings (each job's
-``seconds``, of which ``generate_s`` in the generator), the saved files, and any error with its traceback.
+The evidence comes from the engine, not from the consumer: the scheduler's own output of every step (which requests
+it scheduled, how many tokens of each, from which position: a prompt split across steps, a preempted request
+computed again from its start, a step at the sequence limit), how many requests the scheduler and the workers still
+hold after each call, and the warnings the call emitted. RESULT gets it with timings (each job's ``seconds``, of
+which ``generate_s`` in the generator), the saved files, and any error with its traceback.
 """
 
 from __future__ import annotations
@@ -207,6 +208,16 @@ def _install_fault(worker: Any, layer: int) -> None:
     worker._compat_fault = _layers(worker.model_runner.model)[layer].register_forward_pre_hook(fail)
 
 
+def _install_poison(worker: Any, layer: int) -> None:
+    """Run in a worker: make decoder layer ``layer`` put NaN into the first row of what it returns (what a model
+    vLLM computes wrongly gives), until ``_remove_fault``."""
+    def poison(module, args, output):
+        first = output[0] if isinstance(output, tuple) else output
+        first[0].fill_(float("nan"))
+
+    worker._compat_fault = _layers(worker.model_runner.model)[layer].register_forward_hook(poison)
+
+
 def _remove_fault(worker: Any) -> None:
     handle = getattr(worker, "_compat_fault", None)
     if handle is not None:
@@ -273,17 +284,22 @@ def _job(generator: Any, watch: Watch, job: dict, prompts: list[list[int]], prog
     calls: list[dict[str, Any]] = []
     tokens, generating = 0, 0.0
     restore = _set(job.get("set", {}))
+    if job.get("relabel") is not None:
+        restore.append((generator, "layer_ids", generator.layer_ids))
+        generator.layer_ids = list(job["relabel"])
     writer = Writer()
     profile.take()
     began = time.perf_counter()
     try:
         for number, batch in enumerate(job["calls"]):
-            if job.get("fault") is not None and number == 0:
-                generator.executor.collective_rpc(_install_fault, args=(job["fault"],))
+            injected = number == 0 and (job.get("fault") is not None or job.get("poison") is not None)
+            if injected:
+                install = _install_fault if job.get("fault") is not None else _install_poison
+                generator.executor.collective_rpc(install, args=(job.get("fault", job.get("poison")),))
             try:
                 samples, account = _call(generator, watch, [prompts[i] for i in batch])
             finally:
-                if job.get("fault") is not None and number == 0:
+                if injected:
                     generator.executor.collective_rpc(_remove_fault)
             account["prompts"] = batch
             generating += account["seconds"]

@@ -2,13 +2,13 @@
 
 A check must be able to fail, so its workload is built to make the condition it names happen on a real engine:
 prompts of lengths over the model's whole context (their mean well above a step's token budget divided by the
-sequence limit, so steps fill up by tokens and the scheduler splits prompts across steps), shared prefixes and
-exact copies of earlier prompts (prefix caching would skip their cached rows), a call of more short prompts than
-a step takes sequences (steps at the sequence limit), a KV cache made small on purpose with prefills capped per
-step (requests preempted and computed again), a KV cache too small for one request, layer ids unsorted and
-repeated, a prompt longer than the context, empty and out-of-vocabulary prompts, and a fault injected into a
-decoder layer. Whether each condition did happen is read afterwards from the engine itself
-(``compat.extract.runner.Watch``); this module only plans.
+sequence limit, so steps fill up by tokens and the scheduler splits prompts across steps), shared prefixes and exact
+copies of earlier prompts (prefix caching would skip their cached rows), a call of more short prompts than a step
+takes sequences (steps at the sequence limit), a KV cache made small on purpose with prefills capped per step
+(requests preempted and computed again), a KV cache too small for one request, layer ids unsorted and repeated,
+layer ids changed after the generator was built, NaN in a layer's output, a prompt longer than the context, empty
+and out-of-vocabulary prompts, and a fault injected into a decoder layer. Whether each condition did happen is read
+afterwards from the engine itself (``compat.extract.runner.Watch``); this module only plans.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ NEEDS = {
     "preempt": {"pressure"}, "batch": {"realistic", "single"}, "native": {"realistic"},
     "kv-capacity": {"capacity"}, "layer-order": {"layers"}, "truncation": {"truncation"},
     "after-failure": {"fault", "after-fault"}, "leftovers": {"realistic"}, "empty": {"empty", "after-empty"},
-    "oov": {"oov", "after-oov"},
+    "oov": {"oov", "after-oov"}, "relabel": {"relabel", "after-relabel"},
+    "nonfinite": {"nonfinite", "after-nonfinite"},
 }
 """The jobs each check judges (``compat.extract.checks``)."""
 CHECKS = tuple(NEEDS)
@@ -80,6 +81,13 @@ def realistic(count: int, vocab: int, context: int, seed: int) -> list[list[int]
         prompts.append(prompt[:longest])
     prompts[min(len(prompts) - 1, 2)] = _random(rng, vocab, longest)  # the longest prompt the context takes
     return prompts
+
+
+def _other_layers(layer_ids: list[int], num_layers: int) -> list[int]:
+    """Layer ids of another set than ``layer_ids`` (what a user who changes ``generator.layer_ids`` after building
+    it asks for): each moved to the next layer, the last wrapping round."""
+    moved = [(k + 1) % num_layers for k in layer_ids]
+    return moved if set(moved) != set(layer_ids) else [k for k in range(num_layers) if k not in layer_ids][:1] or moved
 
 
 def _calls(indices: list[int], sizes: tuple[int, ...]) -> list[list[int]]:
@@ -132,7 +140,11 @@ def plan(user: list[list[int]], batch_size: int, vocab: int, context: int, layer
                   job("fault", [real[:4]], expect="error", fault=min(1, num_layers - 1)),
                   job("after-fault", [real[4:8], real[:4]]),
                   job("oov", [[normal, outside]], expect="error"), job("after-oov", [[normal]]),
-                  job("empty", [[normal, empty]], expect="error"), job("after-empty", [[normal]])]
+                  job("empty", [[normal, empty]], expect="error"), job("after-empty", [[normal]]),
+                  job("relabel", [real[:2]], expect="error", relabel=_other_layers(layer_ids, num_layers)),
+                  job("after-relabel", [real[2:4]]),
+                  job("nonfinite", [real[4:6]], expect="error", poison=min(layer_ids)),
+                  job("after-nonfinite", [real[6:8]])]
     pressure = real[:PRESSURE_PROMPTS]
     unsorted = [num_layers - 1, 0, num_layers // 2, 0] if num_layers > 2 else [num_layers - 1, 0, 0]
     result.engines += [
