@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import Any
 
 SHIM_FILE = "_vllm_compat.py"
 REFUSAL = "CaptureRefused"
@@ -42,11 +43,11 @@ class FamilyOutcome:
     def failed(self) -> bool:
         return self.outcome == Outcome.FAIL
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "outcome": str(self.outcome)}
 
 
-def outcome(family: str, report: dict) -> FamilyOutcome:
+def outcome(family: str, report: dict[str, Any]) -> FamilyOutcome:
     arch, seconds = report.get("architecture", "?"), report.get("seconds", 0.0)
     crash = report.get("crash")
     if crash is not None:

@@ -116,7 +116,7 @@ def compare(vllm: list[list[float]], eager: list[list[float]], sdpa: list[list[f
     return OwnComparison(len(vllm), sum(len(r) + 1 for r in vllm), largest, spread, bound, *worst)
 
 
-def measure(model: Path, prompts: list[list[int]], dtype: str, context: int, work: Path, env: dict,
+def measure(model: Path, prompts: list[list[int]], dtype: str, context: int, work: Path, env: dict[str, str],
             timeout: float) -> OwnComparison | str:
     """Run the engine on ``prompts`` and compare; the reason, when the engine gave nothing."""
     from compat.extract.checks import root_cause

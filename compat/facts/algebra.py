@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
+from typing import Any
 
 from compat.vllm.surface import Found
 
@@ -44,7 +45,7 @@ class Atom:
     module: str = ""
 
 
-Formula = tuple
+Formula = tuple[Any, ...]
 """``("true",)``, ``("false",)``, ``("atom", Atom)``, ``("not", f)``, ``("and", f, g)`` or ``("or", f, g)``."""
 TRUE: Formula = ("true",)
 FALSE: Formula = ("false",)
@@ -90,7 +91,7 @@ def render(f: Formula) -> str:
         return f"not {render(inner)}"
     if f[0] in ("and", "or"):
         return f"({render(f[1])} {f[0]} {render(f[2])})"
-    return f[0]
+    return str(f[0])
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ class Bound:
 
 @dataclass(frozen=True)
 class Tup:
-    items: tuple
+    items: tuple[Any, ...]
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ class Frame:
     module: ModuleInfo
     context: str
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         return self.context, tuple(sorted(self.env.items(), key=lambda item: item[0]))
 
 
@@ -108,7 +108,7 @@ class State:
         forked.assumptions = self.assumptions | {(formula, truth)}
         return forked
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         return tuple(f.key() for f in self.frames), self.returned, self.dead
 
 
@@ -404,12 +404,14 @@ class Evaluator:
             index = node.slice
             if isinstance(index, ast.Constant) and isinstance(index.value, int) and \
                     -len(base.items) <= index.value < len(base.items):
-                return base.items[index.value]
+                item: Value = base.items[index.value]
+                return item
             if isinstance(index, ast.UnaryOp) and isinstance(index.operand, ast.Constant) and isinstance(
                     index.operand.value, int):
                 position = -index.operand.value if isinstance(index.op, ast.USub) else None
                 if position is not None and -len(base.items) <= position < len(base.items):
-                    return base.items[position]
+                    chosen: Value = base.items[position]
+                    return chosen
             return Unknown(f"an element of a tuple at line {node.lineno}") if carries(base) else Other("<item>")
         if isinstance(base, Stream):
             # Some rows or columns of the stream are not the stream.
@@ -762,7 +764,7 @@ def _taint(node: ast.Call, state: State, why: str) -> Unknown:
 
 def _merge(states: list[State]) -> list[State]:
     """States that hold the same values and ended alike are one, under what they all assumed."""
-    out: dict[tuple, State] = {}
+    out: dict[tuple[Any, ...], State] = {}
     for s in states:
         key = s.key()
         if key in out:
@@ -773,7 +775,7 @@ def _merge(states: list[State]) -> list[State]:
 
 
 def _merge_results(results: Results) -> Results:
-    out: dict[tuple, tuple[Value, State]] = {}
+    out: dict[tuple[Any, ...], tuple[Value, State]] = {}
     for value, s in results:
         key = (value, s.key())
         if key in out:

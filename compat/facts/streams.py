@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import combinations
+from typing import Any
 
 from compat.facts import Fact, architectures
 from compat.facts.algebra import Assumption, CodeRead, Const, Formula, Obj, Other, Stream, Tup, Unknown, Value, render
@@ -52,7 +53,7 @@ class StreamFacts:
     """The defs the reading followed, with the fingerprints the shim checks the running build's code against."""
 
 
-def encode_formula(f: Formula) -> list:
+def encode_formula(f: Formula) -> list[Any]:
     if f[0] == "atom":
         atom = f[1]
         return ["atom", str(atom.kind), atom.text, atom.module]
