@@ -81,8 +81,9 @@ def every_check(every_check_run) -> dict:
 
 
 def test_the_docs_show_what_the_extraction_and_its_gate_print(every_check_run):
-    """docs/extract.md's ``extract`` sample, the README's ``extract-brief`` (some of its lines) and ``gate`` sample (the gate over this
-    run's samples) are what the tools print today, digits aside (``scripts/docs_samples.py`` rewrites them)."""
+    """docs/extract.md's ``extract`` sample, the README's ``extract-brief`` (some of its lines) and ``gate`` sample
+    (the gate over this run's samples) are what the tools print today, digits aside (``scripts/docs_samples.py``
+    rewrites them)."""
     workdir, lines = every_check_run
     brief = lines[:1] + [line for line in lines[1:] if re.search(samples.BY_NAME["extract-brief"].keep or "", line)]
     differ = (samples.differences("extract", lines) + samples.differences("extract-brief", brief)
