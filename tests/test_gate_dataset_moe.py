@@ -13,7 +13,8 @@ import pytest
 
 from compat.findings import Status
 from compat.gate import GateOptions, run_gate
-from compat.gate.recompute import LOOSE_MODEL_TYPES, TOLERANCES
+from compat.gate.consistency import BATCH_ROUNDING
+from compat.gate.recompute import TOLERANCES
 from compat.models import build
 
 from .gate_files import write_data_config, write_speculators
@@ -41,7 +42,7 @@ def moe(tmp_path_factory):
         prefix = torch.randint(3, 1000, (SHARED,), generator=g)
         a, b = (_states(hf, prefix) for hf in kernels.values())
         apart = max(_worst_row(x, y) for x, y in zip(a, b))
-        if 1.3 * TOLERANCES["bfloat16"].max_rel < apart < 0.9 * LOOSE_MODEL_TYPES["deepseek_v3"].max_rel:
+        if 1.3 * TOLERANCES["bfloat16"].max_rel < apart < 0.9 * BATCH_ROUNDING["deepseek_v3"].max_rel:
             return path, kernels, prefix
     pytest.fail("no shared first tokens whose rows the two kernels put apart")
 
