@@ -167,7 +167,7 @@ def stream_outputs(layer, index, dtype):
         raise CaptureRefused(f"{__name__}: decoder layer {index} is a {name}, whose code compat.fix did not read "
                            f"for {', '.join(GENERATED_FOR)}: what it returns is not known, so nothing is captured")
     for outputs, reason, read, unless, unless_text in entries:
-        if not all(_fingerprint(module, qualname) == print_ for module, qualname, print_ in read):
+        if not all(_fingerprint(*_CODES[i][:2]) == _CODES[i][2] for i in read):
             continue
         if outputs is None:
             raise CaptureRefused(f"{__name__}: cannot capture decoder layer {index} ({name}): {reason}")
@@ -179,7 +179,7 @@ def stream_outputs(layer, index, dtype):
                                    f"{text}; that {'holds' if all(held) else 'may hold'} for this layer "
                                    f"(dtype {dtype})")
         return tuple(outputs)
-    where = ", ".join(f"{m}.{q}" for m, q, _ in entries[0][2])
+    where = ", ".join(f"{_CODES[i][0]}.{_CODES[i][1]}" for i in entries[0][2])
     raise CaptureRefused(f"{__name__}: decoder layer {index} ({name}): the running vLLM's code of {where} is not "
                        f"the code compat.fix read for {', '.join(GENERATED_FOR)}; run `python -m compat.fix` "
                        "against this vLLM")
@@ -379,13 +379,24 @@ def _runner(ctx: FixContext, patch: ModelPatch, model: str) -> str | None:
     return None
 
 
-Entry = tuple[tuple[int, ...] | None, str | None, tuple[tuple[str, str, str], ...], tuple[str, ...], tuple[str, ...]]
+Entry = tuple[tuple[int, ...] | None, str | None, tuple[int, ...], tuple[str, ...], tuple[str, ...]]
+"""A reading of one layer class: its outputs (None: not read), why not, the defs it read (indices into the code
+list), the conditions under which it does not hold, and those in words."""
 
 
-def stream_table(ctx: FixContext) -> tuple[dict[str, list[Entry]], list[tuple[str, ...]]]:
-    """Every decoder layer class of every audited build with how its stream is read there (each distinct reading
-    once, the ones read first), and the paths from the top-level models to their decoder stacks."""
-    table: dict[str, list[Entry]] = {}
+@dataclass(frozen=True)
+class StreamTable:
+    layers: dict[str, list[Entry]]
+    """Every decoder layer class of every audited build, each distinct reading once, the ones read first."""
+    codes: list[tuple[str, str, str]]
+    """Each def a reading read, once: module, qualified name, fingerprint."""
+    paths: list[tuple[str, ...]]
+    """The paths from the top-level models to their decoder stacks."""
+
+
+def stream_table(ctx: FixContext) -> StreamTable:
+    layers: dict[str, list[Entry]] = {}
+    codes: dict[tuple[str, str, str], int] = {}
     paths: set[tuple[str, ...]] = set()
     for build in ctx.builds:
         for arch in build.fact(streams.ALL).archs:
@@ -394,15 +405,14 @@ def stream_table(ctx: FixContext) -> tuple[dict[str, list[Entry]], list[tuple[st
                 paths.add(tuple(arch.stack))
             if stream.layer is None:
                 continue
-            entry: Entry = (stream.outputs, stream.reason, tuple((r.module, r.qualname, r.fingerprint)
-                                                                  for r in stream.read), stream.unless,
-                            stream.unless_text)
-            entries = table.setdefault(stream.layer, [])
+            read = tuple(codes.setdefault((r.module, r.qualname, r.fingerprint), len(codes)) for r in stream.read)
+            entry: Entry = (stream.outputs, stream.reason, read, stream.unless, stream.unless_text)
+            entries = layers.setdefault(stream.layer, [])
             if entry not in entries:
                 entries.append(entry)
-    for entries in table.values():
+    for entries in layers.values():
         entries.sort(key=lambda e: (e[0] is None, not e[2]))
-    return table, sorted(paths, key=lambda p: (len(p), p))
+    return StreamTable(layers, list(codes), sorted(paths, key=lambda p: (len(p), p)))
 
 
 def newly_enabled(ctx: FixContext) -> dict[str, list[str]]:
@@ -449,13 +459,14 @@ class LayerHooks(Fixer):
                               "outputs as its own code returns it (output[0] + output[1] where the residual is "
                               "not yet added, output[0] where it is)")
         if plan.edits:
-            table, paths = stream_table(ctx)
-            read = sum(1 for entries in table.values() if any(e[0] is not None for e in entries))
-            code = f"_STACK_PATHS = {tuple(paths)!r}\n\n_STREAMS = {table!r}\n\n{CODE}"
+            table = stream_table(ctx)
+            read = sum(1 for entries in table.layers.values() if any(e[0] is not None for e in entries))
+            code = (f"_STACK_PATHS = {tuple(table.paths)!r}\n\n_CODES = {table.codes!r}\n\n"
+                    f"_STREAMS = {table.layers!r}\n\n{CODE}")
             plan.pieces.append(ShimPiece(
                 "capture:layers", code, "decoder layers observed by hooks; the stack found through the wrappers of "
-                f"the audited builds; the stream of {read} of {len(table)} decoder layer classes read from their "
-                "code", imports=("import ast", "import hashlib", "import importlib.util", "import json",
+                f"the audited builds; the stream of {read} of {len(table.layers)} decoder layer classes read from "
+                "their code", imports=("import ast", "import hashlib", "import importlib.util", "import json",
                                  "import sys")))
             plan.claims.append(Claim(models_probe.PROBE.name))
             enabled = newly_enabled(ctx)

@@ -102,7 +102,8 @@ def test_each_builds_reading_is_in_the_shim(fixing):
     exec(piece.code.split("\n\n" + "def decoder_stack", 1)[0], namespace)  # noqa: S102 - the table's own literal
     entries = namespace["_STREAMS"][LAYER]
     assert [e[0] for e in entries] == [(0, 1), (0,)]
-    forward = [{q: fp for _, q, fp in e[2]}["TestDecoderLayer.forward"] for e in entries]
+    codes = namespace["_CODES"]
+    forward = [{codes[i][1]: codes[i][2] for i in e[2]}["TestDecoderLayer.forward"] for e in entries]
     assert forward[0] != forward[1]
     assert namespace["_STACK_PATHS"] == (("model",),)
 

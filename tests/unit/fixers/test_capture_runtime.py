@@ -46,8 +46,18 @@ def shim(tmp_path, monkeypatch):
     node = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "forward")
 
     def make(entries):
+        """``entries`` name the defs they read as (module, qualname, fingerprint); the shim lists them once."""
+        codes: list = []
+        listed = []
+        for outputs, reason, read, unless, texts in entries:
+            indices = []
+            for code in read:
+                if code not in codes:
+                    codes.append(code)
+                indices.append(codes.index(code))
+            listed.append((outputs, reason, tuple(indices), unless, texts))
         namespace = {"__name__": "pkg._vllm_compat", "GENERATED_FOR": ("0.1.0",), "_STACK_PATHS": (("model",),),
-                     "_STREAMS": {"fake_layers.Layer": entries}}
+                     "_CODES": codes, "_STREAMS": {"fake_layers.Layer": listed}}
         exec("import ast, hashlib, importlib, importlib.util, inspect, json, sys\n" + CODE, namespace)  # noqa: S102
         return namespace
 
