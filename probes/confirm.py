@@ -73,7 +73,12 @@ class ConfirmProbe(Probe):
                  list(model.layer_parameters)),
                 ("supports_eagle3", static.eagle3, model.eagle3)):
             yield self._compare("model", f"{arch} {label}", static_value, runtime_value)
-        if stream is not None:
+        if stream is not None and model.stream is None and (model.stream_note or "").startswith("not observed"):
+            yield Finding(self.name, Status.UNKNOWN, f"{CONFIRMED['model']}:{arch} residual stream outputs", None,
+                          None, f"could not confirm on a real engine which outputs of {arch}'s decoder layers sum to "
+                          f"the residual stream: {model.stream_note}", Evidence(),
+                          kind=FindingKind.RUNTIME, touchpoint=f"confirm:{arch} residual stream outputs")
+        elif stream is not None:
             # Which outputs sum to the residual stream after each layer: read from the layer's code, and seen on
             # the engine against HF transformers' own state after the layer.
             yield self._compare("model", f"{arch} decoder layer outputs that sum to the residual stream",

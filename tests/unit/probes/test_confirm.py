@@ -22,7 +22,7 @@ execute_model, prefix caching on by default (an assert in cache_full_blocks), a 
 LLAMA = "vllm.model_executor.models.llama"
 MODEL = {"cls": f"{LLAMA}.LlamaForCausalLM", "eagle3": True, "base": f"{LLAMA}.LlamaModel",
          "layer": f"{LLAMA}.LlamaDecoderLayer", "path": ["model"], "embedding": ["embed_input_ids"],
-         "layer_parameters": ["positions", "hidden_states", "residual"]}
+         "layer_parameters": ["positions", "hidden_states", "residual"], "stream": [0, 1], "stream_error": 1e-7}
 ENGINE = {"dtype": "float32", "attempts": ["float32: ran"], "startup_calls": ["shutdown"], "model": MODEL,
           "prefix_caching": True, "protocol": {"execute_model_returned_none": True, "second_call": "RuntimeError"},
           "hashing": {"failure": "AssertionError", "prefix_caching": True, "where": "block_pool.py:1"}}
@@ -48,6 +48,7 @@ def with_(base: dict, path: str, value) -> dict:
     return changed
 
 
+STREAM = "model:LlamaForCausalLM decoder layer outputs that sum to the residual stream"
 REPLIES_LABEL = "reply-shape:MultiprocExecutor.collective_rpc with rank (tensor parallel 1)"
 
 # (what the children report, the finding judged (its symbol), expected status, words the message holds)
@@ -83,6 +84,15 @@ CASES = [
     pytest.param(observed(engine=with_(ENGINE, "model.path", ["model", "language_model"])),
                  "model:LlamaForCausalLM path to the decoder stack", Status.ERROR,
                  ["static ['model'], runtime ['model', 'language_model']"], id="model-disagrees"),
+    pytest.param(observed(), STREAM, Status.OK, ["= [0, 1]"], id="stream-agrees"),
+    pytest.param(observed(engine=with_(ENGINE, "model.stream", [0])), STREAM, Status.ERROR,
+                 ["static [0, 1], runtime [0]"], id="stream-disagrees"),
+    pytest.param(observed(engine=with_(ENGINE, "model.stream", None)), STREAM, Status.ERROR,
+                 ["static [0, 1], runtime None"], id="stream-no-sum-seen"),
+    pytest.param(observed(engine=with_(with_(ENGINE, "model.stream", None), "model.stream_note",
+                                       "not observed: OSError: no config")),
+                 "model:LlamaForCausalLM residual stream outputs", Status.UNKNOWN,
+                 ["could not confirm", "not observed: OSError"], id="stream-not-observed"),
     pytest.param(observed(), "startup:start-up steps the engine took that the static reading does not list",
                  Status.OK, ["= []"], id="startup-agrees"),
     pytest.param(observed(engine=with_(ENGINE, "startup_calls", ["initialize_from_config", "shutdown"])),
