@@ -4,8 +4,13 @@ EAGLE-3 marker) keep changing under a forward the consumer wrote for one build.
 
 The fix removes the cause: the shim leaves the build's own forward in place and observes the decoder layers
 with forward hooks, so the layers are called with the build's own convention and arguments, the embedding is
-the build's own, and the stack is found through the wrappers the audited builds use. What a hook captures,
-when, and where it goes are the consumer's own expressions, read from its replacement forward.
+the build's own, and the stack is found through the wrappers the audited builds use. When the hooks capture
+and where the states go are the consumer's own expressions, read from its replacement forward; what they capture
+is the residual stream after each layer, as that layer's own code returns it (``compat.facts.streams``: ``h +
+residual`` where the residual is not yet added, ``output`` where it is), which is what the consumer's
+``hidden_states + residual`` meant on the layers it was written for. A layer whose reading is not the running
+code's, or under a condition that may hold there, is refused (``CaptureRefused``), and the consumer's own
+``supports_eagle3`` refusal stays for every model the shim does not prove.
 """
 
 from __future__ import annotations

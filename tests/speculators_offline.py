@@ -6,15 +6,18 @@ cut to the prompt) and write ``data_config.json`` with ``DataGenerationConfig.fr
 
     python tests/speculators_offline.py MODEL DATA.jsonl OUT_DIR [--max-samples N]
 
-Run with the patched consumer first on the path (``compat.extract.stage.child_env``).
+Run with the patched consumer first on the path (``compat.extract.stage.child_env``); prints ``RESULT`` and what
+it saved.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
+
+RESULT = "speculators_offline: "
+"""Starts the line that says what was written (vLLM logs to standard output too)."""
 
 
 def main() -> None:
@@ -53,8 +56,7 @@ def main() -> None:
                                                  seq_length=args.seq_length, cache_dir=str(args.out.parent),
                                                  num_samples=len(dataset), max_samples=args.max_samples, seed=0)
     (args.out / "data_config.json").write_text(json.dumps(config.to_dict(), indent=2))
-    print(json.dumps({"saved": index, "layer_ids": list(generator.layer_ids)}))
-    sys.stdout.flush()
+    print(RESULT + json.dumps({"saved": index, "layer_ids": list(generator.layer_ids)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from compat.gate.options import GateOptions
 from compat.gate.runner import run_gate
 
 from .conftest import ROOT
+from .speculators_offline import RESULT
 from .test_extract import patched  # noqa: F401 - the module fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.runtime, pytest.mark.network]
@@ -57,7 +58,7 @@ def _pipeline(consumer: Path, model: Path, work: Path) -> Path:
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / "speculators_offline.py"), str(model), str(data),
                            str(out)], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    said = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith(RESULT))[len(RESULT):])
     assert said["saved"] == 24 and said["layer_ids"] == [2, 3, 3, 5]
     return out
 

@@ -136,7 +136,7 @@ def choose(value: Value, allowed: tuple[int, ...] | None = None) -> tuple[int, .
     return () if not isinstance(value, Tup) else tuple(chosen)
 
 
-def describe(outputs: tuple[int, ...], returned: Value, inputs: tuple[str, ...]) -> str:
+def describe(outputs: tuple[int, ...], returned: Value) -> str:
     """The convention in words: what the layer returns and which sum is the stream."""
     if not outputs:
         return "returns the residual stream itself"
@@ -198,7 +198,7 @@ def read(surface: StaticSurface, arch: str) -> StreamFacts:
     outputs, returned = next(iter(chosen.items()))
     unless = tuple(dict.fromkeys(encode_assumptions(a) for _, a in failed))
     unless_text = tuple(dict.fromkeys(f"{render_assumptions(a)}: {why}" for why, a in failed))
-    return StreamFacts(arch, facts.layer.cls, facts.layer.at, inputs, outputs, describe(outputs, returned, inputs),
+    return StreamFacts(arch, facts.layer.cls, facts.layer.at, inputs, outputs, describe(outputs, returned),
                        None, unless, unless_text, read_codes)
 
 
