@@ -129,8 +129,9 @@ BROKEN_LOOP = {
     "leftovers": "the workers",
     "empty": "bare AssertionError",
     "oov": "without an error",
-    "relabel": "without an error",
-    "nonfinite": "without an error",
+    # the release's loop is broken by the empty prompt's bare AssertionError before these run: they fail with it
+    "relabel": "a call with layer ids changed after the generator was built raised a bare AssertionError",
+    "nonfinite": "a call with NaN in a captured layer raised a bare AssertionError",
 }
 
 
