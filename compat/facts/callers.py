@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+import weakref
 from dataclasses import dataclass
 
 from compat.facts import Fact
@@ -125,12 +126,25 @@ def _feature_test(test: ast.expr, function: ast.AST) -> bool:
     text = ast.unparse(test)
     if any(marker in text for marker in _FEATURE):
         return True
-    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
-    for node in ast.walk(function):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in node.targets):
-            if any(marker in ast.unparse(node.value) for marker in _FEATURE):
-                return True
-    return False
+    assigned = _assignments(function)
+    return any(any(marker in ast.unparse(value) for marker in _FEATURE)
+               for n in ast.walk(test) if isinstance(n, ast.Name) for value in assigned.get(n.id, ()))
+
+
+_ASSIGNED: weakref.WeakKeyDictionary[ast.AST, dict[str, list[ast.expr]]] = weakref.WeakKeyDictionary()
+
+
+def _assignments(function: ast.AST) -> dict[str, list[ast.expr]]:
+    """The values the function assigns to each plain name (read once per function)."""
+    assigned = _ASSIGNED.get(function)
+    if assigned is None:
+        assigned = _ASSIGNED[function] = {}
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        assigned.setdefault(t.id, []).append(node.value)
+    return assigned
 
 
 def _guarded(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -> bool:
@@ -193,12 +207,38 @@ def read(surface: StaticSurface, name: str) -> Callers:
     return Callers(name, tuple(sites))
 
 
-def _module_sites(surface: StaticSurface, info: ModuleInfo, name: str) -> list[CallSite]:
+@dataclass(frozen=True)
+class _Call:
+    call: ast.Call
+    function: FunctionNode
+    where: str
+    owner: str | None
+    rpc: bool
+
+
+@dataclass(frozen=True)
+class _ModuleCalls:
+    """Every call in a module's functions by the name it calls (``x.name(...)``, ``name(...)``, and the
+    method an RPC names), in the order the module is read, with each node's parent."""
+
+    by_name: dict[str, list[_Call]]
+    parents: dict[int, ast.AST]
+
+
+_INDEXED: weakref.WeakKeyDictionary[ast.Module, _ModuleCalls] = weakref.WeakKeyDictionary()
+"""One index per parsed module (its tree lives as long as the build's reading), so that the callers of many names
+read each module once."""
+
+
+def _calls(info: ModuleInfo) -> _ModuleCalls:
+    indexed = _INDEXED.get(info.tree)
+    if indexed is not None:
+        return indexed
     parents: dict[int, ast.AST] = {}
     for node in ast.walk(info.tree):
         for child in ast.iter_child_nodes(node):
             parents[id(child)] = node
-    sites: list[CallSite] = []
+    by_name: dict[str, list[_Call]] = {}
     stack: list[tuple[list[ast.stmt], str, str | None]] = [(info.tree.body, info.name, None)]
     while stack:
         body, prefix, owner = stack.pop()
@@ -206,33 +246,39 @@ def _module_sites(surface: StaticSurface, info: ModuleInfo, name: str) -> list[C
             if isinstance(stmt, ast.ClassDef):
                 stack.append((stmt.body, f"{prefix}.{stmt.name}", f"{prefix}.{stmt.name}"))
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                sites += _function_sites(surface, info, name, stmt, f"{prefix}.{stmt.name}", owner, parents)
-    return sites
+                _index_function(stmt, f"{prefix}.{stmt.name}", owner, by_name)
+    indexed = _INDEXED[info.tree] = _ModuleCalls(by_name, parents)
+    return indexed
 
 
-def _function_sites(surface: StaticSurface, info: ModuleInfo, name: str, function: FunctionNode, where: str,
-                    owner: str | None, parents: dict[int, ast.AST]) -> list[CallSite]:
-    sites = []
+def _index_function(function: FunctionNode, where: str, owner: str | None, by_name: dict[str, list[_Call]]) -> None:
     for call in ast.walk(function):
         if not isinstance(call, ast.Call):
             continue
-        func, receiver = call.func, ""
-        if isinstance(func, ast.Attribute) and func.attr == name:
-            positional, keywords, unpacks = _shape(call)
-            rpc = False
-            receiver = _receiver_class(surface, func.value, function, owner)
-        elif isinstance(func, ast.Name) and func.id == name:
-            positional, keywords, unpacks = _shape(call)  # a function called by its bare name
-            rpc = False
-        elif isinstance(func, ast.Attribute) and func.attr in _RPC and call.args and isinstance(
-                call.args[0], ast.Constant) and call.args[0].value == name:
+        func = call.func
+        called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if called is not None:
+            by_name.setdefault(called, []).append(_Call(call, function, where, owner, False))
+        if isinstance(func, ast.Attribute) and func.attr in _RPC and call.args and isinstance(
+                call.args[0], ast.Constant) and isinstance(call.args[0].value, str) and call.args[0].value != called:
+            by_name.setdefault(call.args[0].value, []).append(_Call(call, function, where, owner, True))
+
+
+def _module_sites(surface: StaticSurface, info: ModuleInfo, name: str) -> list[CallSite]:
+    indexed = _calls(info)
+    sites = []
+    for found in indexed.by_name.get(name, ()):
+        call, function = found.call, found.function
+        if found.rpc:
             positional, keywords, unpacks = _rpc_shape(call)
-            rpc = True
+            receiver = ""
         else:
-            continue
-        sites.append(CallSite(f"{info.relpath}:{call.lineno}", where, positional, keywords, unpacks, rpc,
-                              _reads(function, call, parents), ast.unparse(call)[:200],
-                              _guarded(function, call, parents), receiver))
+            positional, keywords, unpacks = _shape(call)  # a bare name too: a function called by its name
+            receiver = _receiver_class(surface, call.func.value, function, found.owner) \
+                if isinstance(call.func, ast.Attribute) else ""
+        sites.append(CallSite(f"{info.relpath}:{call.lineno}", found.where, positional, keywords, unpacks, found.rpc,
+                              _reads(function, call, indexed.parents), ast.unparse(call)[:200],
+                              _guarded(function, call, indexed.parents), receiver))
     return sites
 
 
