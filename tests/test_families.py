@@ -37,8 +37,9 @@ sparse decoder whose layers return the residual apart, the three that add it the
 only through its transformers backend. Which outcome each must give is still derived from the build's code."""
 
 
-def _family(name: str):
-    return pytest.param(name, id=name, marks=() if name in SHOWN else pytest.mark.families)
+def _family(name: str, shown: tuple[str, ...] = SHOWN):
+    """The family as a test parameter, deselected unless ``-m families`` where it is not one of ``shown``."""
+    return pytest.param(name, id=name, marks=() if name in shown else pytest.mark.families)
 
 
 def _run(consumer: Path, families: list[str], out: Path) -> dict[str, dict]:
@@ -94,8 +95,7 @@ def test_the_families_whose_residual_is_already_added_are_read_so(build):
         assert reading.outputs == (0,), (family, reading.reason)
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, id=f, marks=() if f == "cohere" else pytest.mark.families)
-                                    for f in ADDED])
+@pytest.mark.parametrize("family", [_family(f, shown=("cohere",)) for f in ADDED])
 def test_the_release_s_capture_expression_fails_them(patched, tmp_path, family):  # noqa: F811
     """The shim made to read every layer as ``hidden_states + residual`` (what the release keeps): wrong states
     for the families whose layers add the residual themselves, each sample and layer named."""

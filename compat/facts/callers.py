@@ -236,8 +236,9 @@ def _calls(info: ModuleInfo) -> _ModuleCalls:
         return indexed
     parents: dict[int, ast.AST] = {}
     for node in ast.walk(info.tree):
-        for child in ast.iter_child_nodes(node):
-            parents[id(child)] = node
+        if node is not info.tree:  # no site looks above its function; a reference to the key would keep it alive
+            for child in ast.iter_child_nodes(node):
+                parents[id(child)] = node
     by_name: dict[str, list[_Call]] = {}
     stack: list[tuple[list[ast.stmt], str, str | None]] = [(info.tree.body, info.name, None)]
     while stack:
