@@ -65,10 +65,11 @@ def exit_code(statuses: Iterable[Status | str], fail_on: FailOn = DEFAULT) -> in
     return 1 if any(fails(s, fail_on) for s in statuses) else 0
 
 
-def add_option(parser: argparse.ArgumentParser, flag: str = "--fail-on") -> None:
-    """``--fail-on`` as every command line spells it (checked by ``choose``, so bad input is one line)."""
+def add_option(parser: argparse.ArgumentParser, flag: str = "--fail-on", default: FailOn = DEFAULT) -> None:
+    """``--fail-on`` as every command line spells it (checked by ``choose``, so bad input is one line); ``default``
+    is what the tool takes when it is not given (the help says so; the tool applies it)."""
     parser.add_argument(flag, default=None, metavar="{" + ",".join(CHOICES) + "}",
-                        help=f"the lowest status that fails the run: {', '.join(CHOICES)} (default {DEFAULT.value}; "
+                        help=f"the lowest status that fails the run: {', '.join(CHOICES)} (default {default.value}; "
                              "error always fails)")
 
 

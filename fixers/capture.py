@@ -170,7 +170,7 @@ def stream_outputs(layer, index, dtype):
     entries = _STREAMS.get(name)
     if not entries:
         raise CaptureRefused(f"{__name__}: decoder layer {index} is a {name}, whose code compat.fix did not read "
-                           f"for {', '.join(GENERATED_FOR)}: what it returns is not known, so nothing is captured")
+                           f"for {', '.join(AUDITED)}: what it returns is not known, so nothing is captured")
     for outputs, reason, read, unless, unless_text in entries:
         if not all(_fingerprint(*_CODES[i][:2]) == _CODES[i][2] for i in read):
             continue
@@ -186,7 +186,7 @@ def stream_outputs(layer, index, dtype):
         return tuple(outputs)
     where = ", ".join(f"{_CODES[i][0]}.{_CODES[i][1]}" for i in entries[0][2])
     raise CaptureRefused(f"{__name__}: decoder layer {index} ({name}): the running vLLM's code of {where} is not "
-                       f"the code compat.fix read for {', '.join(GENERATED_FOR)}; run `python -m compat.fix` "
+                       f"the code compat.fix read for {', '.join(AUDITED)}; run `python -m compat.fix` "
                        "against this vLLM")
 
 

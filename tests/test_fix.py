@@ -78,6 +78,18 @@ def test_a_fixer_left_out_leaves_its_findings_listed(tmp_path):
     assert {"protocol", "steps"} <= left
 
 
+@pytest.mark.slow
+def test_cli_exits_1_on_what_no_fixer_handles_and_the_shim_refuses_that_build(tmp_path):
+    """With the protocol and steps fixers left out, vLLM 0.33.0's two-phase protocol findings stay: the fix says so,
+    exits 1 under its default, and the shim it writes refuses 0.33.0 (naming what is left)."""
+    out = _fix_cli("--vllm", "0.33.0", "--without", "protocol", "--without", "steps", "--apply", str(tmp_path / "p"))
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "not handled by any fixer" in out.stderr and "NOT clean" in out.stderr and "exit 1" in out.stderr
+    assert "the shim refuses vLLM 0.33.0" in out.stderr
+    shim = next((tmp_path / "p").rglob("_vllm_compat.py")).read_text()
+    assert "GENERATED_FOR = ()" in shim and "NOT_CLEAN = {'0.33.0': " in shim
+
+
 def _shim_use(patched: Path, fixed, version: str | None, env: dict | None = None):
     """Import the shim file alone (speculators' own __init__ does not import under this environment's pydantic),
     then build a wrapped config through it: the range is checked at the first use, not at import."""
@@ -98,13 +110,13 @@ def test_the_shim_checks_the_vllm_it_meets(fixed, patched):
     assert ok.returncode == 0 and "used" in ok.stdout, ok.stderr[-2000:]
     refused = _shim_use(patched, fixed, "0.11.0")
     assert refused.returncode != 0 and "imported" in refused.stdout and "used" not in refused.stdout
-    assert "vLLM 0.11.0 is outside the audited builds 0.32.0..0.33.0" in refused.stderr
+    assert "vLLM 0.11.0 is outside the builds it re-audited clean 0.32.0..0.33.0" in refused.stderr
     for value in ("0", "false", ""):
         still = _shim_use(patched, fixed, "0.11.0", {"VLLM_COMPAT_ALLOW_OUT_OF_RANGE": value})
-        assert still.returncode != 0 and "outside the audited builds" in still.stderr, value
+        assert still.returncode != 0 and "outside the builds it re-audited clean" in still.stderr, value
     warned = _shim_use(patched, fixed, "0.11.0", {"VLLM_COMPAT_ALLOW_OUT_OF_RANGE": "yes"})
     assert warned.returncode == 0 and "used" in warned.stdout, warned.stderr[-2000:]
-    assert "RuntimeWarning" in warned.stderr and "outside the audited builds" in warned.stderr
+    assert "RuntimeWarning" in warned.stderr and "outside the builds it re-audited clean" in warned.stderr
 
 
 def _fix_cli(*args: str, cwd: Path | None = None):

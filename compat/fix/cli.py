@@ -3,9 +3,11 @@ every build of a range, shown as a unified diff (default), written as a patched 
 written into the consumer's own files (``--in-place``, the only way this tool changes a user's files).
 
 The fixers try every broken or changed finding. The patched consumer is re-audited against every build of the
-range. Exit codes: 0 nothing left fails under --fail-on (``compat.policy``; default: broken or error), 1 some
-remain (listed, with why no fixer handles them), 2 the fix could not be made (bad input, or code that is not
-what the fix was planned for).
+range before anything is written; the shim runs only on the builds whose re-audit is clean (it refuses the others,
+naming what is left). Exit codes: 0 nothing left fails under --fail-on (``compat.policy``; the fix's default is
+changed: a finding no fixer handles counts as at least changed, so the default exits 0 only clean), 1 some remain
+(listed, with why no fixer handles them), 2 the fix could not be made (bad input, or code that is not what the
+fix was planned for).
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from compat.audit.pipeline import DEFAULT_CONSUMER
 from compat.cache import atomic_write_text
 from compat.cli import guarded
 from compat.errors import CompatError
-from compat.fix.pipeline import Fix, FixOptions, Verification, plan_fix, verify, write_copy, write_in_place
+from compat.fix.pipeline import (Fix, FixOptions, Verification, plan_fix, restricted, verify, write_copy,
+                                 write_in_place)
+
+FIX_DEFAULT = policy.FailOn.CHANGED
+"""The fix fails on what it leaves: a finding no fixer handles counts as at least ``changed``."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, help="write the diff to this file instead of standard output")
     p.add_argument("--without", action="append", default=[], metavar="FIXER", help="leave a fixer out")
     p.add_argument("--no-verify", action="store_true", help="do not re-audit the patched consumer")
-    policy.add_option(p)
+    policy.add_option(p, default=FIX_DEFAULT)
     p.add_argument("--list-fixers", action="store_true", help="list the fixers and exit")
     p.add_argument("--debug", action="store_true", help="show full tracebacks for internal errors")
     return p
@@ -73,26 +79,27 @@ def _fix(args: argparse.Namespace) -> int:
         buildspec.parse(vllm)  # bad input: one line, exit 2, before the consumer is read
     if args.in_place and not Path(consumer).is_dir():
         raise CompatError(f"--in-place needs the consumer as a directory of its sources, not {consumer!r}")
-    fail_on = policy.choose(args.fail_on)
+    # The fix's own default is `changed`: what it leaves (a finding no fixer handles is at least changed) fails it.
+    fail_on = policy.choose(args.fail_on) if args.fail_on is not None else FIX_DEFAULT
     fix = plan_fix(FixOptions(consumer=consumer, vllm=vllm, without=tuple(args.without), fail_on=fail_on))
     print(f"compat.fix: {fix.resolved}", file=sys.stderr)
+    verification = None
+    if not args.no_verify:
+        # Re-audited on a copy before anything is written, so the shim runs only on builds re-audited clean.
+        with tempfile.TemporaryDirectory(prefix="compat-fix-") as tmp:
+            verification = verify(write_copy(fix, Path(tmp) / "patched"), fix)
+        fix = restricted(fix, verification)
     diff = fix.diff()
     if args.output:
         atomic_write_text(args.output, diff)
     elif not (args.apply or args.in_place):
         sys.stdout.write(diff)
-    verification = None
     if args.apply:
         write_copy(fix, args.apply)
         print(f"compat.fix: patched copy written to {args.apply}", file=sys.stderr)
-        verification = None if args.no_verify else verify(args.apply, fix)
     elif args.in_place:
         for path in write_in_place(fix):
             print(f"compat.fix: wrote {path}", file=sys.stderr)
-        verification = None if args.no_verify else verify(fix.tree.root, fix)
-    elif not args.no_verify:
-        with tempfile.TemporaryDirectory(prefix="compat-fix-") as tmp:
-            verification = verify(write_copy(fix, Path(tmp) / "patched"), fix)
     summary(fix, verification)
     if verification is not None:
         return 1 if verification.failing() else 0
@@ -128,13 +135,14 @@ def summary(fix: Fix, verification: Verification | None) -> None:
         kept.setdefault((f.check, f.symbol, why), []).append(version)
     for (check, symbol, why), versions in sorted(kept.items()):
         print(f"  accepted: {check} {symbol} (vLLM {versions[0]}..{versions[-1]}): {why}", file=err)
-    clean = verification.ok and not verification.unhandled
-    state = "clean" if clean else "NOT clean"
+    state = "clean" if verification.clean else "NOT clean"
     if verification.failing():
-        state += f" ({len(verification.failing())} fail under --fail-on {verification.fail_on.value})"
-    elif not clean:
-        state += f" (none fails under --fail-on {verification.fail_on.value})"
+        state += f" ({len(verification.failing())} fail under --fail-on {verification.fail_on.value}: exit 1)"
+    elif not verification.clean:
+        state += f" (none fails under the --fail-on {verification.fail_on.value} asked for)"
     print(f"  re-audit of the patched consumer against {len(verification.builds)} builds: {state}", file=err)
+    for version, left in verification.not_clean().items():
+        print(f"  the shim refuses vLLM {version}: its re-audit is not clean ({left})", file=err)
 
 
 def run() -> None:

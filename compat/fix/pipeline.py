@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import libcst as cst
+from packaging.version import InvalidVersion, Version
 
 from compat import buildspec
 from compat.audit.pipeline import DEFAULT_CONSUMER, AuditOptions, Auditor
@@ -25,11 +26,11 @@ from compat.consumer.result import Kind, Scan
 from compat.consumer.scan import scan_tree
 from compat.consumer.source import open_consumer
 from compat.errors import CompatError
-from compat.findings import Finding
+from compat.findings import Finding, Status
 from compat.fix.context import FAILING, AuditedBuild, FixContext, Shim
 from compat.fix.edits import Edit, ImportShim, ReplaceStatements, RouteImport
 from compat.fix.plan import FixerPlan
-from compat.fix.shim import Export, assemble, exports
+from compat.fix.shim import Export, assemble, exports, restrict
 from compat.matrix.builds import Request, columns_for, local_spec, resolved
 from compat.policy import DEFAULT, FailOn, fails
 from compat.sources import SourceTree, index, tree_from_path
@@ -92,8 +93,46 @@ class Verification:
         return not self.claimed
 
     def failing(self) -> list[tuple[str, Finding]]:
-        """What is left that fails under ``fail_on`` (``compat.policy``): claimed by a fixer or handled by none."""
-        return [(v, f) for v, f in self.claimed + self.unhandled if fails(f.status, self.fail_on)]
+        """What is left that fails under ``fail_on`` (``compat.policy``): claimed by a fixer, or handled by none,
+        which counts as at least ``changed`` (no fixer says why it may stay)."""
+        return [(v, f) for v, f in self.claimed if fails(f.status, self.fail_on)] + \
+            [(v, f) for v, f in self.unhandled if fails(_at_least_changed(f.status), self.fail_on)]
+
+    @property
+    def clean(self) -> bool:
+        return self.ok and not self.unhandled
+
+    def not_clean(self) -> dict[str, str]:
+        """The builds whose re-audit is not clean, each with what is left there (the first finding, and a count)."""
+        left: dict[str, list[Finding]] = {}
+        for version, finding in self.claimed + self.unhandled:
+            left.setdefault(version, []).append(finding)
+        return {v: f"{fs[0].status.value} {fs[0].check} {fs[0].symbol} at {fs[0].consumer_location}"
+                   + (f" and {len(fs) - 1} more" if len(fs) > 1 else "")
+                for v, fs in sorted(left.items(), key=lambda item: _order(item[0]))}
+
+
+def _order(version: str) -> tuple[int, Version | str]:
+    try:
+        return 0, Version(version)
+    except InvalidVersion:
+        return 1, version
+
+
+def _at_least_changed(status: Status) -> Status:
+    return status if status.rank <= Status.CHANGED.rank else Status.CHANGED
+
+
+def restricted(fix: Fix, verification: Verification) -> Fix:
+    """The fix with its shim's builds restricted to those whose re-audit is clean (``shim.restrict``)."""
+    not_clean = verification.not_clean()
+    path = fix.ctx.shim.path
+    if not not_clean or path not in fix.files:
+        return fix
+    old, text = fix.files[path]
+    files = dict(fix.files)
+    files[path] = (old, restrict(text, verification.builds, not_clean))
+    return replace(fix, files=files)
 
 
 def resolve_builds(spec: str, target: str = "vllm") -> tuple[list[str], str]:

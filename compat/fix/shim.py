@@ -53,12 +53,17 @@ def _check_range():
     except Exception as exc:  # noqa: BLE001 - an unreadable version is out of range too
         running, reason = None, f"its version {getattr(vllm, '__version__', None)!r} cannot be read ({exc})"
     else:
-        reason = f"vLLM {vllm.__version__} is outside the audited builds {GENERATED_FOR[0]}..{GENERATED_FOR[-1]}"
+        reason = (f"vLLM {vllm.__version__} is outside the builds it re-audited clean "
+                  f"{GENERATED_FOR[0]}..{GENERATED_FOR[-1]}" if GENERATED_FOR
+                  else f"no build it was generated for ({', '.join(AUDITED)}) re-audited clean")
     known = [Version(v).release for v in GENERATED_FOR]
-    if running is not None and min(known) <= running <= max(known):
+    left = next((why for v, why in NOT_CLEAN.items() if Version(v).release == running), None)
+    if left is not None:
+        reason = f"vLLM {vllm.__version__} was audited, but its re-audit with this shim is not clean: {left}"
+    elif running is not None and known and min(known) <= running <= max(known):
         _IN_RANGE.append(True)
         return
-    message = (f"{__name__}: {reason}; this shim was generated for {', '.join(GENERATED_FOR)}. "
+    message = (f"{__name__}: {reason}; this shim was generated for {', '.join(GENERATED_FOR) or 'no build'}. "
                "Run `python -m compat.fix` against this vLLM before trusting its output.")
     if os.environ.get(OUT_OF_RANGE_ENV, "").strip().lower() in ALLOW_OUT_OF_RANGE:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
@@ -425,7 +430,7 @@ from __future__ import annotations
 
 {chr(10).join(imports)}
 {_type_checking(imported)}
-GENERATED_FOR = ({", ".join(repr(v) for v in versions)},)
+{range_lines(versions, versions, {})}
 OUT_OF_RANGE_ENV = "VLLM_COMPAT_ALLOW_OUT_OF_RANGE"
 ALLOW_OUT_OF_RANGE = ("1", "true", "yes")
 """The values of OUT_OF_RANGE_ENV (any case) that turn the out-of-range refusal into a warning."""
@@ -434,6 +439,25 @@ ALLOW_OUT_OF_RANGE = ("1", "true", "yes")
     for piece in pieces:
         body.append(f"# {piece.why}\n{_localised(piece, loaded, imported)}")
     return head + "\n\n" + "\n\n\n".join(body) + "\n"
+
+
+def range_lines(audited: Sequence[str], clean: Sequence[str], not_clean: dict[str, str]) -> str:
+    """The shim's record of the builds it was made for: every build audited, those whose re-audit with the shim
+    is clean (the only ones it runs on, with the patch releases between them) and why each other one is not."""
+    def listed(versions: Sequence[str]) -> str:
+        return "(" + "".join(f"{v!r}, " for v in versions).rstrip(" ") + ")"
+
+    return (f"AUDITED = {listed(audited)}\nGENERATED_FOR = {listed(clean)}\n"
+            f"NOT_CLEAN = {{{', '.join(f'{v!r}: {why!r}' for v, why in not_clean.items())}}}")
+
+
+def restrict(text: str, audited: Sequence[str], not_clean: dict[str, str]) -> str:
+    """A generated shim's source with its builds restricted to those whose re-audit is clean."""
+    lines = text.split("\n")
+    first = next(i for i, line in enumerate(lines) if line.startswith("AUDITED = "))
+    clean = [v for v in audited if v not in not_clean]
+    lines[first:first + 3] = range_lines(audited, clean, not_clean).split("\n")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
