@@ -18,59 +18,17 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
+from compat.probes.consequence import config_class, consumer_runs
+
 from compat.consumer.result import Kind, TouchPoint
 from compat.facts import defaults
 from compat.facts.defaults import ConfigDefaults, FieldDefault, Read, short
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
 from compat.signature import Signature
-from compat.vllm.surface import Found, FoundKind, Surface
+from compat.vllm.surface import Found
 
-CONFIG_PACKAGE = "vllm.config"
-ENGINE_ARGS = ("EngineArgs", "AsyncEngineArgs")
-CALLABLE_KINDS = ("method", "function", "classmethod", "staticmethod", "property")
 _SHOWN = 3
-
-
-def _config(ctx: ProbeContext, tp: TouchPoint, surface: Surface | None = None) -> Found | None:
-    """The config class a call builds (one of ``vllm.config``'s, or ``EngineArgs``), else None."""
-    found = ctx.lookup(tp.symbol, surface)
-    if not isinstance(found, Found) or found.kind != FoundKind.CLASS:
-        return None
-    inside = found.path.startswith(CONFIG_PACKAGE + ".") or found.path.rsplit(".", 1)[-1] in ENGINE_ARGS
-    return found if inside else None
-
-
-def _runs(ctx: ProbeContext) -> dict[str, str]:
-    """The build's code the consumer runs directly, by dotted path, with where it does: functions and methods it
-    calls (``Scheduler(...).schedule()``) and constructors of what it builds (``Scheduler.__init__``) first, then
-    the construction of the configs it builds (``SchedulerConfig.__post_init__``, ``VllmConfig.__post_init__``)."""
-    runs: dict[str, str] = {}
-    configs: list[tuple[str, str]] = []
-    for tp in ctx.scan.touchpoints:
-        where = str(tp.location)
-        if tp.kind is Kind.CALL:
-            found = ctx.lookup(tp.symbol)
-            if not isinstance(found, Found):
-                continue
-            if found.kind != FoundKind.CLASS:
-                runs.setdefault(found.path, where)
-            elif _config(ctx, tp) is not None:
-                configs.append((found.path, where))
-            else:
-                for name in ("__new__", "__init__", "__post_init__"):
-                    member = ctx.member(found, name)
-                    if isinstance(member, Found) and member.kind in CALLABLE_KINDS:
-                        runs.setdefault(member.path, where)
-        elif tp.kind is Kind.ATTRIBUTE and tp.receiver is not None and tp.attribute and not tp.store:
-            callee = ctx.callee(tp.receiver.attr(tp.attribute))
-            if isinstance(callee, Found) and (callee.kind == FoundKind.PROPERTY or
-                                              tp.call is not None and callee.kind in CALLABLE_KINDS):
-                runs.setdefault(callee.path, where)
-    for path, where in configs:
-        for step in ctx.fact(defaults.FACT, path, "").constructor:
-            runs.setdefault(step, where)
-    return runs
 
 
 def _reader(read: Read, runs: dict[str, str]) -> str:
@@ -99,15 +57,15 @@ class DefaultsProbe(Probe):
         if ctx.written_for is None:
             return []
         built = [(tp, found) for tp in ctx.touchpoints((Kind.CALL,))
-                 if tp.call is not None and (found := _config(ctx, tp)) is not None]
+                 if tp.call is not None and (found := config_class(ctx, tp)) is not None]
         if not built:
             return []
-        runs = _runs(ctx)
+        runs = consumer_runs(ctx)
         return [finding for tp, found in built for finding in self._judge(ctx, tp, found, runs)]
 
     def _judge(self, ctx: ProbeContext, tp: TouchPoint, found: Found, runs: dict[str, str]) -> Iterator[Finding]:
         assert ctx.written_for is not None and tp.call is not None
-        before = _config(ctx, tp, ctx.written_for)
+        before = config_class(ctx, tp, ctx.written_for)
         if before is None:
             return  # the class is new in this build: it has no default to have changed
         old = ctx.fact(defaults.FACT, before.path, "", surface=ctx.written_for)

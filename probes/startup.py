@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import partial
 
+from compat.probes.consequence import Platform
+
 from compat.consumer.result import Kind, TouchPoint
-from compat.facts import hashing, startup
+from compat.facts import hashing, reach, resolution, startup
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
+from compat.probes import consequence
 from compat.vllm.surface import Found, FoundKind
 
 CACHE_CONFIG = "vllm.config.CacheConfig"
@@ -100,6 +103,7 @@ class StartupProbe(Probe):
                 done.add(_norm(tp.attribute))
             elif tp.kind == Kind.CALL:
                 done.add(_norm(tp.symbol.rsplit(".", 1)[-1]))
+        platforms = consequence.platforms(ctx)
         for step in facts.steps:
             label = f"{step.kind} {step.name}"
             symbol = step.path or f"{startup.ENGINE_CORE}:{step.name}"
@@ -109,6 +113,19 @@ class StartupProbe(Probe):
             if _norm(step.name) in done:
                 yield finding(status=Status.OK, message=f"the engine core's start-up step {label} is done by the "
                               "consumer too")
+                continue
+            judged = _by_state(ctx, step, anchor_class(ctx, executors[0]), platforms)
+            if judged is not None:
+                status, message, extra = judged
+                yield finding(status=status, message=f"the engine core performs {label} at start-up ({step.at}); "
+                              f"the consumer's hand-built pipeline does not: {message}",
+                              evidence=Evidence(written_for="not a start-up step" if before is not None and
+                                                _norm(step.name) not in before else None,
+                                                audited=f"{label} ({step.at})" + (
+                                                    f" if {step.guard}" if step.guard else ""),
+                                                written_for_build=then, extra=extra),
+                              fix=(f"repeat what {startup.ENGINE_CORE} does at {step.at} after creating the executor"
+                                   if status is not Status.OK else None))
                 continue
             new = before is not None and _norm(step.name) not in before
             unneeded = startup.NOT_NEEDED.get(step.name)
@@ -135,6 +152,80 @@ class StartupProbe(Probe):
             else:
                 yield finding(status=Status.UNKNOWN, message=f"the engine core performs {label} at start-up "
                               f"({step.at}); the consumer's pipeline does not")
+
+def anchor_class(ctx: ProbeContext, tp: TouchPoint) -> str:
+    found = ctx.lookup(tp.symbol)
+    return found.path if isinstance(found, Found) else ""
+
+
+def _entry(step: startup.Step, executor: str, platform: Platform) -> str:
+    if step.kind is startup.StepKind.FUNCTION:
+        return step.path or ""
+    if step.kind is startup.StepKind.EXECUTOR:
+        return f"{executor}.{step.name}"
+    return f"{platform.worker}.{step.name}" if platform.worker else ""
+
+
+def _judge_on(ctx: ProbeContext, step: startup.Step, executor: str,
+              platform: Platform) -> tuple[Status, str] | None:
+    """One platform's verdict on a skipped step, from the state it writes and the tests it runs under; None when
+    neither says anything (no test, no config field written)."""
+    static = consequence.static_surface(ctx)
+    if static is None:
+        return None
+    guard = resolution.evaluate(static, step.guard, platform.resolved, platform.passed) if step.guard else True
+    fields = resolution.fields_in(static, step.guard) if step.guard else []
+    decided = "; ".join(f"{c.rsplit('.', 1)[-1]}.{n} is {_shown(platform.value(ctx, c, n)[0])} "
+                        f"({platform.value(ctx, c, n)[1]})" for c, n in fields)
+    if guard is False:
+        return Status.OK, f"the engine core skips it too, as `{step.guard}` is false there ({decided})"
+    entry = _entry(step, executor, platform)
+    wrote = ctx.fact(reach.FACT, entry, platform.worker or "").writes if entry else ()
+    given = {(c.rsplit(".", 1)[-1], n) for c, names in platform.passed.items() for n in names}
+    written = [w for w in wrote if (w.config.rsplit(".", 1)[-1], w.field) not in given]
+    reads: list[str] = []
+    for config, name in fields:
+        for read in consequence.reads_on_path(ctx, platform, config, name)[:2]:
+            reads.append(f"the step's test {config.rsplit('.', 1)[-1]}.{name} ({decided}) decides state the "
+                         f"consumer's path reads at {read.render()} ({platform.path.chain(read.function)})")
+    seen: set[tuple[str, str]] = set()
+    for write in written:
+        if (write.config, write.field) in seen:
+            continue
+        seen.add((write.config, write.field))
+        for read in consequence.reads_on_path(ctx, platform, write.config, write.field)[:1]:
+            reads.append(f"it writes {write.config.rsplit('.', 1)[-1]}.{write.field} ({write.at}), which the "
+                         f"consumer's path reads at {read.render()} ({platform.path.chain(read.function)}) and "
+                         "the consumer does not set")
+    if reads:
+        status = Status.BROKEN if guard is True else Status.UNKNOWN
+        when = "" if guard is True else f" if `{step.guard}` holds, which this build's code does not decide here"
+        return status, "; ".join(reads[:3]) + when
+    if written:
+        shown = ", ".join(sorted({f"{w.config.rsplit('.', 1)[-1]}.{w.field}" for w in written})[:4])
+        return Status.OK, f"nothing on the consumer's path reads what it writes ({shown})"
+    return None
+
+
+def _shown(value: object) -> str:
+    return "unknown" if value is resolution.UNKNOWN else repr(value)
+
+
+def _by_state(ctx: ProbeContext, step: startup.Step, executor: str,
+              platforms: list[Platform]) -> tuple[Status, str, tuple[tuple[str, str], ...]] | None:
+    """The step judged on every platform: the worst verdict, each platform's named."""
+    verdicts = [(p, _judge_on(ctx, step, executor, p)) for p in platforms]
+    known = [(p, v) for p, v in verdicts if v is not None]
+    if not known:
+        return None
+    order = [Status.OK, Status.UNKNOWN, Status.CHANGED, Status.BROKEN]
+    worst = max((v[0] for _, v in known), key=order.index)
+    if len(known) < len(verdicts) and worst is Status.OK:
+        return None
+    message = "; ".join(f"on {p.name}: {v[0]}, {v[1]}" for p, v in known)
+    extra = tuple((f"platform_{p.name.lower()}", str(v[0])) for p, v in known)
+    return worst, message, extra
+
 
 PROBE = StartupProbe(
     name="startup",

@@ -93,31 +93,39 @@ def test_model_conventions_for_kimi_and_deepseek(audit):
 
 
 def test_startup_steps_new_since_the_written_for_build(speculators_scan, build):
+    """The KV cache layout steps are broken at 0.32.0 on every platform: they write CacheConfig.kv_cache_layout,
+    which the consumer's own path reads (get_kv_cache_config_from_groups -> get_resolved_kv_cache_layout, which
+    raises while it is None); a step it does itself is ok."""
     from compat.audit.pipeline import AuditOptions, Auditor
 
     result = Auditor(AuditOptions()).run(speculators_scan, build("0.32.0"))
-    changed = {f.touchpoint for f in result.findings if f.check == "startup" and f.status is Status.CHANGED}
-    assert {"startup:set_kv_cache_layout", "startup:resolve_kv_cache_layout"} <= changed
-    done = {f.touchpoint for f in result.findings if f.check == "startup" and f.status is Status.OK}
-    assert "startup:initialize_from_config" in done
+    startup = {f.touchpoint: f for f in result.findings if f.check == "startup"}
+    for name in ("startup:set_kv_cache_layout", "startup:resolve_kv_cache_layout"):
+        finding = startup[name]
+        assert finding.status is Status.BROKEN, finding.message
+        assert "CacheConfig.kv_cache_layout" in finding.message and "get_resolved_kv_cache_layout" in finding.message
+        assert "on CUDA: broken" in finding.message and "on CPU: broken" in finding.message
+    assert startup["startup:initialize_from_config"].status is Status.OK
 
 
-def test_startup_steps_the_pipeline_does_not_need_are_ok_with_the_fixers_reason(speculators_scan, build):
-    """Steps new since 0.11.0 that the pipeline's correctness does not depend on are ok, each with the reason
-    compat.fix accepts it with (one table for both); the KV cache layout, which it needs, stays changed, and so
-    does a step whose reason assumes prefix caching off, which speculators leaves to the build's default (on)."""
+def test_startup_steps_the_pipeline_does_not_need_are_ok_with_the_reason(speculators_scan, build):
+    """Steps whose writes nothing on the consumer's path reads are ok with what they write; steps no state rule
+    decides keep the fixer's reason (one table for both); steps under prefix caching, which speculators leaves
+    to the build, are not ok: the scheduler it builds reads the switch they run under."""
     from compat.audit.pipeline import AuditOptions, Auditor
 
     result = Auditor(AuditOptions()).run(speculators_scan, build("0.32.0"), written_for=build("0.11.0").surface)
     startup = {f.touchpoint.removeprefix("startup:"): f for f in result.findings if f.check == "startup"}
     for name in ("update_kv_cache_capacity", "compile_or_warm_up_model", "get_kv_connector_handshake_metadata",
-                 "register_all_kvcache_specs", "is_full_attention_spec", "update_max_model_len"):
+                 "register_all_kvcache_specs", "is_full_attention_spec"):
         assert startup[name].status is Status.OK, startup[name].message
+    assert "nothing on the consumer's path reads what it writes" in startup["compile_or_warm_up_model"].message
     assert "no KV connector" in startup["get_kv_connector_handshake_metadata"].message
-    assert "enforce_eager=True" in startup["compile_or_warm_up_model"].message
-    for name in ("resolve_kv_cache_layout", "set_kv_cache_layout", "resolve_cache_hit_alignment_tokens"):
-        assert startup[name].status is Status.CHANGED, startup[name].message
-    assert "prefix caching" in startup["resolve_cache_hit_alignment_tokens"].message
+    for name in ("init_none_hash", "get_request_block_hasher"):
+        # The scheduler the consumer builds reads the switch they run under; whether the build leaves it on for
+        # the consumer's model is the model's to say (VllmConfig.__post_init__), so not ok, never guessed ok.
+        assert startup[name].status in (Status.BROKEN, Status.UNKNOWN), startup[name].message
+        assert "CacheConfig.enable_prefix_caching" in startup[name].message
     from compat.facts.startup import NOT_NEEDED
     from compat.fixers import startup as fixer
 
@@ -125,6 +133,23 @@ def test_startup_steps_the_pipeline_does_not_need_are_ok_with_the_fixers_reason(
     for name, finding in startup.items():
         if finding.status is Status.OK and "correctness does not depend on" in finding.message:
             assert NOT_NEEDED[name].reason in finding.message
+
+
+def test_the_extensible_kv_cache_is_broken_on_cuda_and_skipped_on_cpu(speculators_scan, build):
+    """vLLM 0.34.0 resolves CacheConfig.enable_extensible_kv_cache (declared None) to True on CUDA, False on CPU
+    (VllmConfig._resolve_extensible_kv_cache); the engine core's steps under it are broken on CUDA, where the
+    workers the consumer starts read the switch, and ok on CPU, where the engine core skips them too."""
+    from compat.audit.pipeline import AuditOptions, Auditor
+
+    result = Auditor(AuditOptions()).run(speculators_scan, build("0.34.0"))
+    startup = {f.touchpoint.removeprefix("startup:"): f for f in result.findings if f.check == "startup"}
+    for name in ("extensible_kv_cache_unsupported_reason", "finalize_extensible_kv_cache", "extend_kv_cache"):
+        finding = startup[name]
+        assert finding.status is Status.BROKEN, finding.message
+        assert "on CUDA: broken" in finding.message and "on CPU: ok, the engine core skips it too" in finding.message
+        assert "CacheConfig.enable_extensible_kv_cache is True (vllm/config/vllm.py:" in finding.message
+        assert "Worker.initialize_from_config" in finding.message
+    assert startup["resolve_kv_cache_layout"].status is Status.BROKEN
 
 
 @pytest.mark.parametrize(("passed", "expected"), [

@@ -23,8 +23,7 @@ from compat.audit.pipeline import DEFAULT_CONSUMER
 from compat.cache import atomic_write_text
 from compat.cli import guarded
 from compat.errors import CompatError
-from compat.fix.pipeline import (Fix, FixOptions, Verification, plan_fix, restricted, verify, write_copy,
-                                 write_in_place)
+from compat.fix.pipeline import Fix, FixOptions, Verification, plan_fix, restricted, verify, write_copy, write_in_place
 
 FIX_DEFAULT = policy.FailOn.CHANGED
 """The fix fails on what it leaves: a finding no fixer handles counts as at least ``changed``."""

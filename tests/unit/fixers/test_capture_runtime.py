@@ -56,8 +56,8 @@ def shim(tmp_path, monkeypatch):
                     codes.append(code)
                 indices.append(codes.index(code))
             listed.append((outputs, reason, tuple(indices), unless, texts))
-        namespace = {"__name__": "pkg._vllm_compat", "GENERATED_FOR": ("0.1.0",), "AUDITED": ("0.1.0",), "_STACK_PATHS": (("model",),),
-                     "_CODES": codes, "_STREAMS": {"fake_layers.Layer": listed}}
+        namespace = {"__name__": "pkg._vllm_compat", "GENERATED_FOR": ("0.1.0",), "AUDITED": ("0.1.0",),
+                     "_STACK_PATHS": (("model",),), "_CODES": codes, "_STREAMS": {"fake_layers.Layer": listed}}
         exec("import ast, hashlib, importlib, importlib.util, inspect, json, sys\n" + CODE, namespace)  # noqa: S102
         return namespace
 

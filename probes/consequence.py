@@ -1,0 +1,165 @@
+"""What a start-up step or a default does to the consumer on each platform, read from the build's code.
+
+For each platform vLLM resolves its configs on (``compat.facts.resolution.PLATFORMS``): the configs as the
+consumer's calls build them and ``VllmConfig``'s construction resolves them there, the worker class the platform
+names, and what the consumer's path reaches (``compat.facts.reach``: from the build's code the consumer calls
+itself, across the executor's RPCs into that worker). A field is read on the consumer's path when one of its
+readers (``compat.facts.defaults``) is among the defs reached.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from compat.consumer.result import Kind, TouchPoint
+from compat.facts import defaults, reach, resolution
+from compat.probe import ProbeContext
+from compat.vllm.static import StaticSurface
+from compat.vllm.surface import Found, FoundKind, Surface
+
+CONFIG_PACKAGE = "vllm.config"
+OPAQUE = "<passed>"
+ENGINE_ARGS = ("EngineArgs", "AsyncEngineArgs")
+CALLABLE_KINDS = ("method", "function", "classmethod", "staticmethod", "property")
+
+
+def config_class(ctx: ProbeContext, tp: TouchPoint, surface: Surface | None = None) -> Found | None:
+    """The config class a call builds (one of ``vllm.config``'s, or ``EngineArgs``), else None."""
+    found = ctx.lookup(tp.symbol, surface)
+    if not isinstance(found, Found) or found.kind != FoundKind.CLASS:
+        return None
+    inside = found.path.startswith(CONFIG_PACKAGE + ".") or found.path.rsplit(".", 1)[-1] in ENGINE_ARGS
+    return found if inside else None
+
+
+def consumer_runs(ctx: ProbeContext) -> dict[str, str]:
+    """The build's code the consumer runs directly, by dotted path, with where it does: functions and methods it
+    calls (``Scheduler(...).schedule()``) and constructors of what it builds (``Scheduler.__init__``) first, then
+    the construction of the configs it builds (``SchedulerConfig.__post_init__``, ``VllmConfig.__post_init__``)."""
+    runs: dict[str, str] = {}
+    configs: list[tuple[str, str]] = []
+    for tp in ctx.scan.touchpoints:
+        where = str(tp.location)
+        if tp.kind is Kind.CALL:
+            found = ctx.lookup(tp.symbol)
+            if not isinstance(found, Found):
+                continue
+            if found.kind != FoundKind.CLASS:
+                runs.setdefault(found.path, where)
+            elif config_class(ctx, tp) is not None:
+                configs.append((found.path, where))
+            else:
+                for name in ("__new__", "__init__", "__post_init__"):
+                    member = ctx.member(found, name)
+                    if isinstance(member, Found) and member.kind in CALLABLE_KINDS:
+                        runs.setdefault(member.path, where)
+        elif tp.kind is Kind.ATTRIBUTE and tp.receiver is not None and tp.attribute and not tp.store:
+            callee = ctx.callee(tp.receiver.attr(tp.attribute))
+            if isinstance(callee, Found) and (callee.kind == FoundKind.PROPERTY or
+                                              tp.call is not None and callee.kind in CALLABLE_KINDS):
+                runs.setdefault(callee.path, where)
+    for path, where in configs:
+        for step in ctx.fact(defaults.FACT, path, "").constructor:
+            runs.setdefault(step, where)
+    return runs
+
+
+
+
+def passed(ctx: ProbeContext) -> str:
+    """The literals the consumer's calls of config classes pass, as ``compat.facts.resolution.parse_passed``
+    reads them (``CacheConfig.block_size=16;...``)."""
+    items: dict[str, str] = {}
+    for tp in ctx.scan.touchpoints:
+        if tp.kind is Kind.CALL and tp.call is not None and (found := config_class(ctx, tp)) is not None:
+            short = found.path.rsplit(".", 1)[-1]
+            for name, value in tp.literals:
+                items.setdefault(f"{short}.{name}", value)
+            for name in tp.call.keywords:
+                items.setdefault(f"{short}.{name}", OPAQUE)  # passed, as a value the scan does not read
+    return ";".join(f"{k}={v}" for k, v in sorted(items.items()))
+
+
+@dataclass(frozen=True)
+class Platform:
+    """One platform as the consumer meets it."""
+
+    name: str
+    resolved: resolution.Resolved
+    worker: str | None
+    path: reach.Reach
+    """What the consumer's path reaches there."""
+    passed: dict[str, dict[str, object]]
+
+    def value(self, ctx: ProbeContext, config: str, name: str) -> tuple[object, str]:
+        static = static_surface(ctx)
+        if static is None:
+            return resolution.UNKNOWN, ""
+        return resolution.field_value(static, self.resolved, config, name, self.passed)
+
+
+def static_surface(ctx: ProbeContext) -> StaticSurface | None:
+    """The static reading of the audited build (an installed build read by importing it keeps one too)."""
+    surface = ctx.surface
+    for inner in (getattr(surface, "inner", None), getattr(surface, "static", None), surface):
+        if isinstance(inner, StaticSurface):
+            return inner
+    return None
+
+
+def platforms(ctx: ProbeContext) -> list[Platform]:
+    """Every platform as the consumer meets it after start-up: the path is what its calls reach once the configs
+    are built (the configs' own construction, which runs before any start-up step, is not on it)."""
+    static = static_surface(ctx)
+    if static is None:
+        return []
+    given = passed(ctx)
+    runs = consumer_runs(ctx)
+    building = {step for tp in ctx.scan.touchpoints if tp.kind is Kind.CALL and (found := config_class(ctx, tp))
+                for step in ctx.fact(defaults.FACT, found.path, "").constructor}
+    entries = ",".join(sorted(p for p in runs if p not in building and not p.startswith(CONFIG_PACKAGE + ".")))
+    out = []
+    for name in resolution.PLATFORMS:
+        resolved = ctx.fact(resolution.FACT, name, given)
+        worker = resolution.worker_class(static, name)
+        path = ctx.fact(reach.FACT, entries, worker or "")
+        out.append(Platform(name, resolved, worker, path, resolution.parse_passed(given)))
+    return out
+
+
+@dataclass(frozen=True)
+class PathRead:
+    function: str
+    at: str
+
+    def render(self) -> str:
+        return f"{defaults.short(self.function)} ({self.at})"
+
+
+def reads_on_path(ctx: ProbeContext, platform: Platform, config: str, name: str) -> list[PathRead]:
+    """Where the defs the consumer's path reaches on ``platform`` read ``config.name``: ``<...>.<attr>.<name>``
+    where ``attr`` is the name vLLM holds that config under, or ``self.<name>`` in the config's own methods."""
+    surface = static_surface(ctx)
+    if surface is None:
+        return []
+    attrs = {a for a, c in reach.config_classes(surface).items() if c == config}
+    out: list[PathRead] = []
+    for path in sorted(platform.path.paths()):
+        found = surface.lookup(path)
+        code = reach.function_node(surface, path) if isinstance(found, Found) else None
+        if code is None:
+            continue
+        node, where = code
+        params = node.args.posonlyargs + node.args.args
+        self_name = params[0].arg if params else None
+        own = path.rsplit(".", 1)[0] == config
+        for attr in ast.walk(node):
+            if not isinstance(attr, ast.Attribute) or attr.attr != name or not isinstance(attr.ctx, ast.Load):
+                continue
+            receiver = attr.value
+            last = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
+            if last in attrs or (own and isinstance(receiver, ast.Name) and receiver.id == self_name):
+                out.append(PathRead(path, f"{where.module.relpath}:{attr.lineno}"))
+                break
+    return out

@@ -1,0 +1,107 @@
+"""compat.facts.resolution on small builds: a field's value once VllmConfig is built, per platform, from the code
+that decides it (platform predicates, flags, aliases, early returns), and unknown where that code does not
+decide it."""
+
+from __future__ import annotations
+
+import pytest
+
+from compat.facts import resolution
+
+PLATFORMS = {
+    "vllm/platforms/__init__.py": "",
+    "vllm/platforms/interface.py": (
+        "import enum\n\n\n"
+        "class PlatformEnum(enum.Enum):\n    CUDA = enum.auto()\n    ROCM = enum.auto()\n    CPU = enum.auto()\n\n\n"
+        "class Platform:\n    _enum: PlatformEnum\n\n"
+        "    def is_cuda_alike(self) -> bool:\n        return self._enum in (PlatformEnum.CUDA, PlatformEnum.ROCM)\n\n"
+        "    def is_cpu(self) -> bool:\n        return self._enum == PlatformEnum.CPU\n"),
+    "vllm/platforms/cuda.py": ("from vllm.platforms.interface import Platform, PlatformEnum\n\n\n"
+                               "class CudaPlatformBase(Platform):\n    _enum = PlatformEnum.CUDA\n\n"
+                               "    def check_and_update_config(cls, vllm_config):\n"
+                               "        vllm_config.parallel_config.worker_cls = 'vllm.worker.GpuWorker'\n"),
+    "vllm/platforms/cpu.py": ("from vllm.platforms.interface import Platform, PlatformEnum\n\n\n"
+                              "class CpuPlatform(Platform):\n    _enum = PlatformEnum.CPU\n"),
+}
+
+CONFIG = (
+    "import enum\nfrom dataclasses import dataclass, field\n\n\n"
+    "class Access(enum.IntFlag):\n    IN_PROCESS = 0\n    REGISTERS = enum.auto()\n    EXPORTS = enum.auto()\n\n\n"
+    "@dataclass\nclass CacheConfig:\n    block_size: int = 16\n    extensible: bool = None\n"
+    "    memory_bytes: int | None = None\n    offloading: int | None = None\n\n\n"
+    "@dataclass\nclass KVTransferConfig:\n    role: str = 'both'\n\n\n"
+    "@dataclass\nclass VllmConfig:\n    cache_config: CacheConfig = field(default_factory=CacheConfig)\n"
+    "    kv_transfer_config: KVTransferConfig | None = None\n\n"
+    "    def __post_init__(self):\n        self._transfer()\n        self._resolve()\n\n"
+    "    def _transfer(self):\n        if (size := self.cache_config.offloading) is None:\n            return\n"
+    "        self.kv_transfer_config = KVTransferConfig()\n\n"
+    "    def _resolve(self):\n        from vllm.platforms import current_platform\n\n"
+    "        cache_config = self.cache_config\n        requested = cache_config.extensible\n"
+    "        access = Access.IN_PROCESS if self.kv_transfer_config is None else unknown_access()\n"
+    "        unsupported = None\n"
+    "        if not current_platform.is_cuda_alike():\n            unsupported = 'cuda only'\n"
+    "        elif cache_config.memory_bytes is not None:\n            unsupported = 'memory given'\n"
+    "        exports = Access.EXPORTS in access\n"
+    "        if requested is None:\n            cache_config.extensible = unsupported is None and not exports\n"
+    "        elif requested and unsupported is not None:\n            raise ValueError(unsupported)\n")
+
+
+def _build(trees, config: str = CONFIG):
+    files = {**PLATFORMS, "vllm/config/__init__.py": "from vllm.config.vllm import CacheConfig, VllmConfig, "
+             "KVTransferConfig\n", "vllm/config/vllm.py": config}
+    return trees.vllm(files).inner
+
+
+@pytest.mark.parametrize(("platform", "passed", "expected"), [
+    ("CUDA", "", True),
+    ("CPU", "", False),
+    ("CUDA", "CacheConfig.memory_bytes=1024", False),
+    ("CUDA", "CacheConfig.memory_bytes=<passed>", resolution.UNKNOWN),
+    ("CUDA", "CacheConfig.extensible=False", False),
+    ("CUDA", "CacheConfig.offloading=4", resolution.UNKNOWN),
+])
+def test_a_field_resolves_per_platform_from_the_code_that_decides_it(trees, platform, passed, expected):
+    surface = _build(trees)
+    resolved = resolution.read(surface, platform, passed)
+    assert not resolved.error
+    value, at = resolution.field_value(surface, resolved, "vllm.config.CacheConfig", "extensible",
+                                       resolution.parse_passed(passed))
+    assert value is expected or value == expected and type(value) is type(expected)
+    assert at
+
+
+def test_an_early_return_leaves_the_declared_default(trees):
+    surface = _build(trees)
+    resolved = resolution.read(surface, "CUDA", "")
+    value, at = resolution.field_value(surface, resolved, "vllm.config.VllmConfig", "kv_transfer_config", {})
+    assert value is None and at.startswith("vllm/config/vllm.py:")
+    offloading = resolution.read(surface, "CUDA", "CacheConfig.offloading=4")
+    value, _ = resolution.field_value(surface, offloading, "vllm.config.VllmConfig", "kv_transfer_config",
+                                      resolution.parse_passed("CacheConfig.offloading=4"))
+    assert value is not None
+
+
+def test_a_guard_is_evaluated_on_the_resolved_fields(trees):
+    surface = _build(trees)
+    for platform, truth in (("CUDA", True), ("CPU", False)):
+        resolved = resolution.read(surface, platform, "")
+        assert resolution.evaluate(surface, "vllm_config.cache_config.extensible", resolved, {}) is truth
+        assert resolution.evaluate(surface, "not vllm_config.cache_config.extensible", resolved, {}) is (not truth)
+    resolved = resolution.read(surface, "CUDA", "")
+    # Two reads of one field at different points are not taken to be equal.
+    assert resolution.evaluate(surface, "vllm_config.cache_config.block_size != vllm_config.cache_config.block_size",
+                               resolved, {}) is resolution.UNKNOWN
+
+
+def test_the_platform_names_its_worker_class(trees):
+    surface = _build(trees)
+    assert resolution.worker_class(surface, "CUDA") == "vllm.worker.GpuWorker"
+    assert resolution.worker_class(surface, "CPU") is None
+
+
+def test_a_build_without_the_platform_class_says_so(trees):
+    files = {"vllm/config/__init__.py": "from vllm.config.vllm import VllmConfig\n",
+             "vllm/config/vllm.py": "from dataclasses import dataclass\n\n\n@dataclass\nclass VllmConfig:\n"
+                                    "    x: int = 1\n"}
+    resolved = resolution.read(trees.vllm(files).inner, "CUDA", "")
+    assert "PlatformEnum.CUDA" in resolved.error
