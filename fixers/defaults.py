@@ -27,7 +27,7 @@ from compat.fix.context import FixContext
 from compat.fix.edits import RouteImport
 from compat.fix.fixer import Fixer
 from compat.fix.plan import Claim, FixerPlan, ShimPiece, Unhandled
-from compat.fix.shim import adjustment_name, raw_import
+from compat.fix.shim import PINNED_PREFIX, adjustment_name, raw_import
 from compat.fix.source import imported_as
 
 NAME = defaults_probe.PROBE.name
@@ -41,6 +41,10 @@ def _effective(described: str | None) -> str:
 
 def _turned_on(finding: Finding) -> bool:
     old, new = _effective(finding.evidence.written_for), _effective(finding.evidence.audited)
+    if old.startswith("absent"):
+        # A switch the build it was written for does not have (off there) that this build decides: turned on
+        # on some platform, or left for code on the consumer's path to decide at run time.
+        return re.search(r": True\b", new) is not None or "decides it at run time" in finding.message
     later = finding.message.partition("may still set it to ")[2].partition("; the consumer")[0]
     may = re.search(r"\bTrue\b", later) is not None
     return old in ("None", "False") and (new == "True" or (new == "None" and may))
@@ -63,7 +67,7 @@ def _built_itself(ctx: FixContext, field: str) -> str | None:
 
 
 def _adjustment(config: str, pinned: dict[str, tuple[str, list[str]]]) -> str:
-    lines = [f"_PINNED_{config} = {{"]
+    lines = [f"{PINNED_PREFIX}{config} = {{"]
     for field, (value, versions) in pinned.items():
         lines.append(f"    # {field}: {value} in the build written for; turned on in vLLM {', '.join(versions)}")
         lines.append(f"    {field!r}: {value},")
@@ -74,7 +78,7 @@ def _adjustment(config: str, pinned: dict[str, tuple[str, list[str]]]) -> str:
 def {adjustment_name(config, NAME)}(target, params, args, kwargs, context):
     """Switches this build turns on by default kept as the consumer was written against them, unless the caller
     sets them."""
-    for name, value in _PINNED_{config}.items():
+    for name, value in {PINNED_PREFIX}{config}.items():
         if name in params and name not in _passed(target, args, kwargs):
             kwargs[name] = value
     return args, kwargs

@@ -67,15 +67,18 @@ def consumer_runs(ctx: ProbeContext) -> dict[str, str]:
 
 
 
-def passed(ctx: ProbeContext) -> str:
-    """The literals the consumer's calls of config classes pass, as ``compat.facts.resolution.parse_passed``
-    reads them (``CacheConfig.block_size=16;...``)."""
+def passed(ctx: ProbeContext, surface: Surface | None = None) -> str:
+    """What the consumer's calls of config classes pass, as ``compat.facts.resolution.parse_passed`` reads it
+    (``CacheConfig.block_size=16;...``; a keyword whose value the scan does not read as ``<passed>``), and what
+    its configs are given besides (``Scan.settings``: the shim's pinned defaults, where the build has the field)."""
     items: dict[str, str] = {}
+    for config, name, value in ctx.scan.settings:
+        items[f"{config}.{name}"] = value
     for tp in ctx.scan.touchpoints:
-        if tp.kind is Kind.CALL and tp.call is not None and (found := config_class(ctx, tp)) is not None:
+        if tp.kind is Kind.CALL and tp.call is not None and (found := config_class(ctx, tp, surface)) is not None:
             short = found.path.rsplit(".", 1)[-1]
             for name, value in tp.literals:
-                items.setdefault(f"{short}.{name}", value)
+                items[f"{short}.{name}"] = value
             for name in tp.call.keywords:
                 items.setdefault(f"{short}.{name}", OPAQUE)  # passed, as a value the scan does not read
     return ";".join(f"{k}={v}" for k, v in sorted(items.items()))
@@ -99,9 +102,10 @@ class Platform:
         return resolution.field_value(static, self.resolved, config, name, self.passed)
 
 
-def static_surface(ctx: ProbeContext) -> StaticSurface | None:
-    """The static reading of the audited build (an installed build read by importing it keeps one too)."""
-    surface = ctx.surface
+def static_surface(ctx: ProbeContext, surface: Surface | None = None) -> StaticSurface | None:
+    """The static reading of the audited build, or of ``surface`` (an installed build read by importing it keeps
+    one too)."""
+    surface = surface or ctx.surface
     for inner in (getattr(surface, "inner", None), getattr(surface, "static", None), surface):
         if isinstance(inner, StaticSurface):
             return inner
@@ -162,4 +166,47 @@ def reads_on_path(ctx: ProbeContext, platform: Platform, config: str, name: str)
             if last in attrs or (own and isinstance(receiver, ast.Name) and receiver.id == self_name):
                 out.append(PathRead(path, f"{where.module.relpath}:{attr.lineno}"))
                 break
+    return out
+
+
+def values(ctx: ProbeContext, config: str, name: str, surface: Surface | None = None) -> list[tuple[str, object, str]]:
+    """``config.name`` on every platform once the build ``surface`` (the audited one by default) has built the
+    consumer's configs: (platform, value, the code that decided it)."""
+    inner = static_surface(ctx, surface)
+    if inner is None:
+        return []
+    given = passed(ctx, surface)
+    out = []
+    for platform in resolution.PLATFORMS:
+        resolved = ctx.fact(resolution.FACT, platform, given, surface=surface) if surface is not None else \
+            ctx.fact(resolution.FACT, platform, given)
+        value, at = resolution.field_value(inner, resolved, config, name, resolution.parse_passed(given))
+        out.append((platform, value, at))
+    return out
+
+
+def shown(value: object) -> str:
+    return "unknown" if value is resolution.UNKNOWN else repr(value)
+
+
+def turned_on(ctx: ProbeContext, condition: str) -> list[tuple[str, str]]:
+    """The platforms where ``condition`` (a test of vLLM's code on config fields) holds with this build's defaults
+    but did not with the build the consumer was written for, each with what decides it there."""
+    now, then = static_surface(ctx), static_surface(ctx, ctx.written_for) if ctx.written_for else None
+    if now is None or then is None or not condition or not resolution.fields_in(now, condition):
+        return []
+    given_now, given_then = passed(ctx), passed(ctx, ctx.written_for)
+    out = []
+    for platform in resolution.PLATFORMS:
+        resolved = ctx.fact(resolution.FACT, platform, given_now)
+        before = ctx.fact(resolution.FACT, platform, given_then, surface=ctx.written_for)
+        holds = resolution.evaluate(now, condition, resolved, resolution.parse_passed(given_now))
+        held = resolution.evaluate(then, condition, before, resolution.parse_passed(given_then))
+        if holds is True and held is not True:
+            said = "; ".join(
+                f"{c.rsplit('.', 1)[-1]}.{n} is {shown(resolution.field_value(now, resolved, c, n, {})[0])} "
+                f"({resolution.field_value(now, resolved, c, n, {})[1]})"
+                for c, n in resolution.fields_in(now, condition))
+            out.append((platform, f"{said}; in vLLM {ctx.written_for.build.version} the test was "  # type: ignore[union-attr]
+                        f"{'false' if held is False else 'not decided by its defaults'}"))
     return out

@@ -21,10 +21,12 @@ from dataclasses import replace
 from compat.probes.consequence import config_class, consumer_runs
 
 from compat.consumer.result import Kind, TouchPoint
-from compat.facts import defaults
+from compat.facts import defaults, reach
 from compat.facts.defaults import ConfigDefaults, FieldDefault, Read, short
+from compat.facts.resolution import UNKNOWN
 from compat.findings import Evidence, Finding, Status
 from compat.probe import Probe, ProbeContext
+from compat.probes import consequence
 from compat.signature import Signature
 from compat.vllm.surface import Found
 
@@ -73,7 +75,9 @@ class DefaultsProbe(Probe):
         sig = ctx.surface.signature(found)
         passed = set(tp.call.keywords) | set(sig.positional_targets(tp.call) if isinstance(sig, Signature) else ())
         changed = [(o, n) for n in new.fields if n.name not in passed
-                   and (o := old.get(n.name)) is not None and o.effective != n.effective]
+                   and (o := old.get(n.name)) is not None and o.effective != n.effective
+                   and not self._same_everywhere(ctx, before.path, found.path, n.name)]
+        yield from self._new_fields(ctx, tp, found, old, new, passed)
         if not changed:
             return
         name = tp.symbol.rsplit(".", 1)[-1]
@@ -88,6 +92,85 @@ class DefaultsProbe(Probe):
         for o, n in changed:
             yield self._finding(ctx, tp, name, o, read.get(n.name) or n, runs, new)
 
+    @staticmethod
+    def _same_everywhere(ctx: ProbeContext, before: str, after: str, name: str) -> bool:
+        """Whether the field ends up the same on every platform in both builds, as their code builds the
+        consumer's configs (``VllmConfig.kv_transfer_config``: declared None in both; the rewrite to
+        ``KVTransferConfig()`` sits after an early return unless ``kv_offloading_size`` is set), each known."""
+        old = consequence.values(ctx, before, name, ctx.written_for)
+        new = consequence.values(ctx, after, name)
+        if not old or len(old) != len(new):
+            return False
+        return all(o is not UNKNOWN and n is not UNKNOWN and repr(o) == repr(n)
+                   for (_, o, _), (_, n, _) in zip(old, new))
+
+    def _new_fields(self, ctx: ProbeContext, tp: TouchPoint, found: Found, old: ConfigDefaults, new: ConfigDefaults,
+                    passed: set[str]) -> Iterator[Finding]:
+        """Switches the build the consumer was written for does not have (``bool`` fields), left to the build where
+        the build decides them: declared ``None`` ("auto") and set by its own code, on some platform, to True
+        (``CacheConfig.enable_extensible_kv_cache``: True on CUDA, False on CPU), or left ``None`` for code on the
+        consumer's path to decide at run time (``ParallelConfig.numa_bind``: ``configure_subprocess``, when the
+        executor starts a worker). Changed where the consumer's path reads them; the others are not findings."""
+        assert ctx.written_for is not None and tp.call is not None
+        if tp.call.star_kwargs or tp.call.star_args:
+            return
+        static = consequence.static_surface(ctx)
+        if static is None:
+            return
+        platforms = consequence.platforms(ctx)
+        held = reach.config_classes(static)
+        sig = ctx.surface.signature(found)
+        switches = {p.name for p in (sig.parameters if isinstance(sig, Signature) else ())
+                    if re.search(r"\bbool\b", p.annotation or "")}
+        name = tp.symbol.rsplit(".", 1)[-1]
+        version = ctx.written_for.build.version
+        for field in new.fields:
+            if field.name in passed or old.get(field.name) is not None or field.default != "None" \
+                    or field.name.startswith("_") or field.name in held or field.name not in switches:
+                continue
+            values = consequence.values(ctx, found.path, field.name)
+            if not values:
+                continue
+            reads = {p.name: consequence.reads_on_path(ctx, p, found.path, field.name) for p in platforms}
+            later = {p.name: [w for w in p.path.writes if w.config == found.path and w.field == field.name
+                              and w.value not in ("None", "")] for p in platforms}
+            on = [(p, v, at) for p, v, at in values if v is True]
+            auto = [(p, v, at) for p, v, at in values if v is None and later.get(p) and reads.get(p)]
+            if not any(reads.values()) or not (on or auto):
+                continue
+            said = "; ".join(f"on {p}: {consequence.shown(v)} ({at})" for p, v, at in values)
+            parts = []
+            if on:
+                parts.append(f"the build turns it on where it decides it ({', '.join(p for p, _, _ in on)})")
+            for p, _, _ in auto:
+                write = later[p][0]
+                parts.append(f"on {p} it stays None once the configs are built and {short(write.function)} decides "
+                             f"it at run time ({write.at}), on the consumer's path")
+            readers = [f"on {p}: {r[0].render()}" for p, r in reads.items() if r]
+            message = (f"{name}.{field.name} is new since vLLM {version} ({self._which(ctx)}), declared None "
+                       f"({field.declared_at}) and left to the build by the consumer's {name}(...): "
+                       + "; ".join(parts) + f" ({said}); read on the consumer's path ("
+                       + "; ".join(readers[:2]) + ")")
+            evidence = Evidence(written_for="absent (the switch does not exist: off)", audited=said,
+                                written_for_build=version,
+                                extra=tuple((f"platform_{p.lower()}", f"{consequence.shown(v)} ({at})")
+                                            for p, v, at in values))
+            fix = (f"pass {field.name}=False to {name}(...) where the build has it: the behaviour the consumer was "
+                   f"written against (vLLM {version} has no such switch)")
+            finding = self.finding(tp, Status.CHANGED, message, field.declared_at, evidence, fix,
+                                   symbol=f"{tp.symbol}.{field.name}")
+            yield replace(finding, touchpoint=finding.symbol)
+
+    @staticmethod
+    def _which(ctx: ProbeContext) -> str:
+        """What the compared build is to the consumer: the build it was written for, or the baseline of an
+        upgrade audit (a build it was not pinned to)."""
+        assert ctx.written_for is not None
+        pinned = ctx.scan.written_for
+        if pinned is None or pinned == ctx.written_for.build.version:
+            return "the build the consumer was written for"
+        return f"the baseline; the consumer was written for vLLM {pinned}"
+
     def _finding(self, ctx: ProbeContext, tp: TouchPoint, name: str, old: FieldDefault, new: FieldDefault,
                  runs: dict[str, str], config: ConfigDefaults) -> Finding:
         assert ctx.written_for is not None
@@ -98,7 +181,7 @@ class DefaultsProbe(Probe):
         may = new.may_become()
         later = f", and vLLM's construction may still set it to {may}" if may else ""
         head = (f"{name}.{new.name} defaults to {new.describe()} in this build ({old.describe()} in vLLM {version}, "
-                f"the build the consumer was written for){later}; the consumer's {name}(...) does not pass it; ")
+                f"{self._which(ctx)}){later}; the consumer's {name}(...) does not pass it; ")
         if linked:
             status, tail = Status.CHANGED, "read by " + _listed([_reader(r, runs) for r in linked])
         elif others:
@@ -120,8 +203,10 @@ class DefaultsProbe(Probe):
                  ("rewrites_written_for", "; ".join(r.render() for r in old.rewrites)),
                  ("readers_consumer_calls", "; ".join(_reader(r, runs) for r in linked)),
                  ("readers", _listed([_reader(r, runs) for r in others]) if others else ""))
+        on = tuple((f"platform_{p.lower()}", f"{consequence.shown(v)} ({at})")
+                   for p, v, at in consequence.values(ctx, config.config, new.name))
         evidence = Evidence(written_for=old.describe(), audited=new.describe(), written_for_build=version,
-                            extra=tuple((k, v) for k, v in extra if v))
+                            extra=tuple((k, v) for k, v in extra if v) + on)
         fix = (f"pass {new.name}={_relied_on(old, new)} to {name}(...) explicitly: the value vLLM {version} gave it, "
                f"which the consumer was written against")
         setters = [r for r in new.rewrites if r.applies is True and r.replaces]

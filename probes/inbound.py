@@ -28,6 +28,7 @@ from compat.facts.callers import SENT_RPCS, CallSite
 from compat.facts.lineage import FACT as LINEAGE
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
+from compat.probes import consequence
 from compat.signature import CallShape, Signature
 from compat.vllm.surface import Found, FoundKind, Missing, Surface
 
@@ -88,6 +89,7 @@ class InboundProbe(Probe):
             sites_then = [s for s in ctx.fact(CALLERS, name, surface=ctx.written_for).sites
                           if s.function not in own]
             if name in then_hooks and sites_then:
+                found += self._called_by_default(ctx, patch, base, name, sites)
                 continue  # the consumer ran without it then, with the same hook called
             then_member = ctx.written_for.member(then, name)
             was = ("raised NotImplementedError there too, but vLLM did not call it" if name in then_hooks
@@ -111,6 +113,31 @@ class InboundProbe(Probe):
                 fix=f"define {name} in {patch.patcher} (see what vLLM's own subclasses of {base.path} do)",
                 kind=FindingKind.PATCH, place=Place.at(patch.location), touchpoint=f"{patch.target}:{name}"))
         return found
+
+    def _called_by_default(self, ctx: ProbeContext, patch: ClassPatch, base: Found, name: str,
+                           sites: list[CallSite]) -> list[Finding]:
+        """A hook the consumer leaves raising that vLLM called then too, but only under a test of its configs
+        that this build's defaults now make true (async scheduling on by default -> ``sample_tokens``)."""
+        assert ctx.written_for is not None
+        for site in sites:
+            platforms = consequence.turned_on(ctx, site.condition)
+            if not platforms:
+                continue
+            where = "; ".join(f"on {p}: {why}" for p, why in platforms)
+            message = (f"vLLM calls {name} at {site.at} ({site.code}) when `{site.condition}`, which this build's "
+                       f"defaults make true ({where}); {patch.patcher} does not define {name} and {base.path} "
+                       "leaves it to its subclasses (it raises NotImplementedError or is abstract), so the call "
+                       "fails where the consumer did not turn that on itself")
+            return [Finding(
+                self.name, Status.BROKEN, f"{base.path}:{name}", str(patch.location), site.at, message,
+                Evidence(written_for=f"{name} called only when `{site.condition}`, false by default",
+                         audited=f"`{site.condition}` true by default ({', '.join(p for p, _ in platforms)})",
+                         written_for_build=ctx.written_for.build.version,
+                         extra=tuple((f"platform_{p.lower()}", why) for p, why in platforms)),
+                fix=f"define {name} in {patch.patcher}, or turn off what the test reads where the consumer "
+                    "configures vLLM", kind=FindingKind.PATCH, place=Place.at(patch.location),
+                touchpoint=f"{patch.target}:{name}")]
+        return []
 
     def _unknown_rpcs(self, ctx: ProbeContext, patch: ClassPatch, base: Found) -> list[Finding]:
         """Worker methods vLLM now sends by name that the consumer's worker does not have: not defined by it, by

@@ -50,6 +50,9 @@ def holds(ctx: ProbeContext, assumes: str) -> tuple[bool | None, str]:
                startup.EAGER: "enforce_eager"}[assumes]
     literal, at, opaque = _keyword(ctx, cls, keyword)
     name = cls.rsplit(".", 1)[-1]
+    set_by = next((value for config, field, value in ctx.scan.settings if config == name and field == keyword), None)
+    if literal is None and set_by is not None:
+        literal, at, opaque = set_by, "the shim's pinned defaults", False
     if opaque:
         return None, ""
     if literal is not None:
@@ -182,7 +185,8 @@ def _judge_on(ctx: ProbeContext, step: startup.Step, executor: str,
     entry = _entry(step, executor, platform)
     wrote = ctx.fact(reach.FACT, entry, platform.worker or "").writes if entry else ()
     given = {(c.rsplit(".", 1)[-1], n) for c, names in platform.passed.items() for n in names}
-    written = [w for w in wrote if (w.config.rsplit(".", 1)[-1], w.field) not in given]
+    stored = {tp.attribute for tp in ctx.scan.touchpoints if tp.kind is Kind.ATTRIBUTE and tp.store and tp.attribute}
+    written = [w for w in wrote if (w.config.rsplit(".", 1)[-1], w.field) not in given and w.field not in stored]
     reads: list[str] = []
     for config, name in fields:
         for read in consequence.reads_on_path(ctx, platform, config, name)[:2]:
@@ -196,7 +200,7 @@ def _judge_on(ctx: ProbeContext, step: startup.Step, executor: str,
         for read in consequence.reads_on_path(ctx, platform, write.config, write.field)[:1]:
             reads.append(f"it writes {write.config.rsplit('.', 1)[-1]}.{write.field} ({write.at}), which the "
                          f"consumer's path reads at {read.render()} ({platform.path.chain(read.function)}) and "
-                         "the consumer does not set")
+                         "the consumer neither passes nor assigns")
     if reads:
         status = Status.BROKEN if guard is True else Status.UNKNOWN
         when = "" if guard is True else f" if `{step.guard}` holds, which this build's code does not decide here"

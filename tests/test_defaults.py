@@ -493,3 +493,34 @@ def test_a_class_method_that_only_builds_the_class_reads_as_the_class_default(tm
     made = new.fact(defaults.FACT, "vllm.config.VllmConfig")
     assert made.get("scheduler_config").default == "SchedulerConfig()"
     assert made.get("cache_config").default == "SchedulerConfig.tuned()"
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_a_new_switch_the_build_decides_per_platform_is_named_with_the_code_that_decides_it(audit, build):
+    """vLLM 0.34.0 adds CacheConfig.enable_extensible_kv_cache (declared None), which its own construction turns
+    on on CUDA and off on CPU, and ParallelConfig.numa_bind (None, auto), which the executor decides when it starts
+    a worker (numa_utils.configure_subprocess); both are on the consumer's path, both appear in the full audit.
+    VllmConfig.kv_transfer_config stays None for speculators (the rewrite to KVTransferConfig() sits after an early
+    return unless kv_offloading_size is set): not a finding."""
+    found = _defaults(audit("0.34.0", written_for=build("0.11.0").surface))
+    extensible = found["vllm.config.CacheConfig.enable_extensible_kv_cache"]
+    assert extensible.status is Status.CHANGED, extensible.message
+    assert dict(extensible.evidence.extra)["platform_cuda"].startswith("True (vllm/config/vllm.py:")
+    assert dict(extensible.evidence.extra)["platform_cpu"].startswith("False (vllm/config/vllm.py:")
+    assert "Worker.initialize_from_config" in extensible.message
+    numa = found["vllm.config.ParallelConfig.numa_bind"]
+    assert numa.status is Status.CHANGED, numa.message
+    assert "numa_utils.configure_subprocess decides it at run time (vllm/utils/numa_utils.py:" in numa.message
+    assert "the build the consumer was written for" in numa.message
+    assert "vllm.config.VllmConfig.kv_transfer_config" not in found
+    assert "vllm.config.ParallelConfig.numa_bind_nodes" not in found  # a list, not a switch
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_an_upgrade_audit_names_its_baseline_as_the_baseline(audit, build):
+    found = _defaults(audit("0.34.0", written_for=build("0.33.0").surface))
+    numa = found["vllm.config.ParallelConfig.numa_bind"]
+    assert "the baseline; the consumer was written for vLLM 0.11.0" in numa.message
+    assert "numa_utils.configure_subprocess" in numa.message or "numa_bind" in numa.message

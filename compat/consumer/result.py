@@ -363,3 +363,6 @@ class Scan:
     """The requirement ``written_for`` comes from (or the open one that gives none)."""
     name_at: str | None = None
     """Where ``name`` was read (``pyproject.toml:2 [project] name``); None: named after its path or archive."""
+    settings: tuple[tuple[str, str, str], ...] = ()
+    """What the consumer's configs are given by code its calls do not show, as (config class name, field,
+    literal): the fix's re-audit sets the shim's pinned defaults here, for the build it audits."""

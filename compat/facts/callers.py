@@ -48,6 +48,9 @@ class CallSite:
     """The call runs only where a feature test in its function holds (``if envs.X:``, ``if
     current_platform.is_cuda():``, ``if hasattr(...)``, or an early ``if not <flag>: return``)."""
     receiver: str = ""
+    condition: str = ""
+    """The tests the call runs under in its function (``if`` and conditional expressions around it, joined with
+    ``and``; an ``else`` as ``not (test)``), as source text; "" when none."""
     """The class the build declares the receiver as (``self`` in a method of ``K``: ``K``; ``self.scheduler``:
     the annotation of ``K.scheduler``; ``current_platform``: ``Platform``); "" when it is not declared (an RPC's
     receiver is the workers)."""
@@ -169,6 +172,23 @@ def _guarded(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -> 
     return False
 
 
+def _condition(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -> str:
+    """The tests around the call in its function, outermost first."""
+    tests: list[str] = []
+    node: ast.AST = call
+    while node is not function:
+        parent = parents.get(id(node))
+        if parent is None:
+            break
+        test = getattr(parent, "test", None)
+        if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and test is not None and node is not test:
+            text = ast.unparse(test)
+            inside = node in getattr(parent, "body", []) or node is getattr(parent, "body", None)
+            tests.append(f"({text})" if inside else f"not ({text})")
+        node = parent
+    return " and ".join(reversed(tests))
+
+
 def _receiver_class(surface: StaticSurface, value: ast.expr, function: ast.AST, owner: str | None) -> str:
     """The class the build declares ``value`` as, for ``self``, ``cls``, ``self.a.b`` chains in a method and
     ``current_platform``; "" otherwise."""
@@ -279,7 +299,8 @@ def _module_sites(surface: StaticSurface, info: ModuleInfo, name: str) -> list[C
                 if isinstance(call.func, ast.Attribute) else ""
         sites.append(CallSite(f"{info.relpath}:{call.lineno}", found.where, positional, keywords, unpacks, found.rpc,
                               _reads(function, call, indexed.parents), ast.unparse(call)[:200],
-                              _guarded(function, call, indexed.parents), receiver))
+                              _guarded(function, call, indexed.parents), receiver,
+                              _condition(function, call, indexed.parents)[:400]))
     return sites
 
 

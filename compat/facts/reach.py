@@ -23,7 +23,7 @@ from compat.vllm.static import StaticSurface
 from compat.vllm.surface import Found, FoundKind
 
 RPC_NAMES = ("collective_rpc", "_run_workers", "run_workers")
-_SKIP = ("vllm.utils", "vllm.logger", "vllm.envs", "vllm.tracing", "vllm.usage", "vllm.logging_utils")
+_SKIP = ("vllm.logger", "vllm.envs", "vllm.tracing", "vllm.usage", "vllm.logging_utils")
 _MAX_DEFS = 4000
 _MAX_DEPTH = 8
 
@@ -47,6 +47,8 @@ class Write:
     field: str
     at: str
     function: str
+    value: str = ""
+    """What it assigns, as source text ("" for ``+=`` and the like)."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,9 @@ def _owner(surface: StaticSurface, code: Code) -> Found | None:
 
 
 def _targets(surface: StaticSurface, code: Code, call: ast.Call, configs: dict[str, str],
-             workers: tuple[str, ...]) -> list[Found]:
+             workers: tuple[str, ...], instance: Found | None = None) -> list[Found]:
+    """What a call reaches; ``instance``: the class of ``self`` there (a subclass's override of a method the base
+    calls on ``self`` is the one that runs: ``Executor.__init__`` -> ``MultiprocExecutor._init_executor``)."""
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr in RPC_NAMES and call.args and \
             isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
@@ -146,9 +150,11 @@ def _targets(surface: StaticSurface, code: Code, call: ast.Call, configs: dict[s
     if not isinstance(func, ast.Attribute):
         return []
     receiver = func.value
+    if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
+        return _super_member(surface, code, func.attr, instance)
     params = code.node.args.posonlyargs + code.node.args.args
     self_name = params[0].arg if params else None
-    owner = _owner(surface, code)
+    owner = instance or _owner(surface, code)
     if isinstance(receiver, ast.Name) and receiver.id == self_name and owner is not None:
         member = surface.member(owner, func.attr)
         return [member] if isinstance(member, Found) else []
@@ -168,6 +174,22 @@ def _targets(surface: StaticSurface, code: Code, call: ast.Call, configs: dict[s
     return [found] if isinstance(found, Found) else []
 
 
+def _super_member(surface: StaticSurface, code: Code, name: str, instance: Found | None) -> list[Found]:
+    """``super().name``: the first definition after the def's own class in the MRO of ``self``'s class."""
+    owner = _owner(surface, code)
+    start = instance or owner
+    model = surface.class_model(start) if start is not None else None
+    if owner is None or model is None:
+        return []
+    order = surface.mro(model)[0]
+    after = [c for i, c in enumerate(order) if any(o.found.path == owner.path for o in order[:i])]
+    for cls in after:
+        found = surface.own_member(cls, name)
+        if found is not None:
+            return [found]
+    return []
+
+
 def calls_in(node: ast.AST) -> list[ast.Call]:
     return sorted((n for n in ast.walk(node) if isinstance(n, ast.Call)), key=lambda c: (c.lineno, c.col_offset))
 
@@ -177,31 +199,39 @@ def read(surface: StaticSurface, entries: str, workers: str = "") -> Reach:
     configs = config_classes(surface)
     worker_classes = tuple(filter(None, workers.split(",")))
     reached: dict[str, Reached] = {}
-    queue: list[tuple[Found, int]] = []
+    queue: list[tuple[Found, int, Found | None]] = []
     for path in filter(None, entries.split(",")):
         found = surface.lookup(path)
         if isinstance(found, Found):
+            code = _code(found) if found.kind != FoundKind.CLASS else None
+            instance = found if found.kind == FoundKind.CLASS else (_owner(surface, code) if code else None)
             for target in (_constructors(surface, found) if found.kind == FoundKind.CLASS else [found]):
                 if target.path not in reached:
                     reached[target.path] = Reached(target.path, "", loc(target) or "")
-                    queue.append((target, 0))
+                    queue.append((target, 0, instance))
     writes: list[Write] = []
     while queue and len(reached) < _MAX_DEFS:
-        found, depth = queue.pop(0)
+        found, depth, instance = queue.pop(0)
         code = _code(found)
         if code is None:
             continue
         writes += _writes(surface, code, configs)
         if depth >= _MAX_DEPTH:
             continue
+        params = code.node.args.posonlyargs + code.node.args.args
+        self_name = params[0].arg if params else None
         for call in calls_in(code.node):
-            for target in _targets(surface, code, call, configs, worker_classes):
+            receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+            on_self = ((isinstance(receiver, ast.Name) and receiver.id == self_name) or (
+                isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super")
+            ) and isinstance(call.func, ast.Attribute) and call.func.attr not in RPC_NAMES
+            for target in _targets(surface, code, call, configs, worker_classes, instance):
                 if target.path in reached or not target.path.startswith("vllm.") or target.path.startswith(_SKIP):
                     continue
                 if target.kind not in ("method", "function", "classmethod", "staticmethod", "property"):
                     continue
                 reached[target.path] = Reached(target.path, found.path, loc(code.module, call) or "")
-                queue.append((target, depth + 1))
+                queue.append((target, depth + 1, instance if on_self else None))
     return Reach(tuple(reached.values()), tuple(writes))
 
 
@@ -221,7 +251,8 @@ def _writes(surface: StaticSurface, code: Code, configs: dict[str, str]) -> list
             last = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
             config = configs.get(last) or (own if isinstance(receiver, ast.Name) and receiver.id == self_name else None)
             if config is not None:
-                out.append(Write(config, target.attr, loc(code.module, node) or "", code.found.path))
+                value = ast.unparse(node.value) if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value else ""
+                out.append(Write(config, target.attr, loc(code.module, node) or "", code.found.path, value[:120]))
     return out
 
 

@@ -617,6 +617,8 @@ class _Machine:
         return Code(found, ast.FunctionDef(), module)  # type: ignore[call-arg]
 
     def boolop(self, node: ast.BoolOp, state: _State, module: ModuleInfo, depth: int | None) -> object:
+        """``and``/``or`` as Python runs them; an operand that decides the truth decides it even after one that is
+        not known (``x and False`` is false whatever ``x`` is), though the value may then be that other one."""
         stop = isinstance(node.op, ast.Or)
         unknown = False
         last: object = None
@@ -626,7 +628,7 @@ class _Machine:
             if truth is None:
                 unknown = True
             elif truth is stop:
-                return UNKNOWN if unknown else last
+                return last if not unknown else (True if stop else False)
         return UNKNOWN if unknown else last
 
     def compare(self, op: ast.cmpop, a: object, b: object) -> object:

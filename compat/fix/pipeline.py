@@ -30,11 +30,12 @@ from compat.findings import Finding, Status
 from compat.fix.context import FAILING, AuditedBuild, FixContext, Shim
 from compat.fix.edits import Edit, ImportShim, ReplaceStatements, RouteImport
 from compat.fix.plan import FixerPlan
-from compat.fix.shim import Export, assemble, exports, restrict
+from compat.fix.shim import Export, assemble, exports, pinned, restrict
 from compat.matrix.builds import Request, columns_for, local_spec, resolved
 from compat.policy import DEFAULT, FailOn, fails
 from compat.sources import SourceTree, index, tree_from_path
 from compat.vllm.builds import OpenedBuild, open_build
+from compat.vllm.surface import Found, Surface
 
 
 @dataclass(frozen=True)
@@ -302,13 +303,15 @@ def verify(patched: Path, fix: Fix) -> Verification:
     claimed, unhandled, accepted = [], [], []
     shim = Path(patched) / fix.ctx.shim.path
     served = exports(shim.read_text(encoding="utf-8")) if shim.exists() else ()
+    pins = pinned(shim.read_text(encoding="utf-8")) if shim.exists() else {}
     views: dict[tuple[tuple[str, str | None], ...], Scan] = {}
     with tempfile.TemporaryDirectory(prefix="compat-verify-") as tmp:
         for build in fix.ctx.builds:
             given = tuple((e.name, e.on(build.surface)) for e in served)
             if given not in views:
                 views[given] = _view_scan(Path(patched), fix, served, dict(given), Path(tmp) / f"view-{len(views)}")
-            scan = replace(views[given], written_for=fix.ctx.scan.written_for)
+            scan = replace(views[given], written_for=fix.ctx.scan.written_for,
+                           settings=shim_settings(pins, build.surface))
             result = auditor.run(scan, OpenedBuild(build.surface))
             for finding in result.findings:
                 if finding.status not in FAILING and not fails(finding.status, fix.fail_on):
@@ -322,6 +325,18 @@ def verify(patched: Path, fix: Fix) -> Verification:
                     unhandled.append((build.version, finding))
     return Verification(tuple(b.version for b in fix.ctx.builds), tuple(claimed), tuple(unhandled),
                         tuple(accepted), fix.fail_on)
+
+
+def shim_settings(pins: dict[str, dict[str, str]], surface: Surface) -> tuple[tuple[str, str, str], ...]:
+    """What the shim's wrappers give the consumer's configs on the build ``surface`` reads: each pinned field the
+    build's class has (the wrapper passes it only there), so the re-audit reads the shim's own settings."""
+    out = []
+    for config, fields in sorted(pins.items()):
+        cls = surface.lookup(f"vllm.config.{config}")
+        sig = surface.signature(cls) if isinstance(cls, Found) else None
+        params = {p.name for p in getattr(sig, "parameters", ())}
+        out += [(config, name, value) for name, value in sorted(fields.items()) if name in params]
+    return tuple(out)
 
 
 def _in_shim(finding: Finding, fix: Fix) -> bool:

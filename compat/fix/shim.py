@@ -498,3 +498,23 @@ def exports(text: str) -> tuple[Export, ...]:
         if isinstance(raw, ast.Constant) and raw.value in loaded:
             found.append(Export(str(slot.value), loaded[raw.value], registry == "_WRAPPED"))
     return tuple(found)
+
+
+PINNED_PREFIX = "_PINNED_"
+"""The defaults fixer's table of switches a wrapped config keeps as the consumer was written against them
+(``_PINNED_CacheConfig = {'enable_extensible_kv_cache': False}``), which the wrapper passes where the build's
+class has the field and the caller passes none."""
+
+
+def pinned(text: str) -> dict[str, dict[str, str]]:
+    """A generated shim's pinned defaults, read from the shim itself: {config class name: {field: literal}}."""
+    found: dict[str, dict[str, str]] = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id.startswith(PINNED_PREFIX) and isinstance(node.value, ast.Dict):
+            config = node.targets[0].id.removeprefix(PINNED_PREFIX)
+            for key, value in zip(node.value.keys, node.value.values):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    found.setdefault(config, {})[key.value] = ast.unparse(value)
+    return found
+

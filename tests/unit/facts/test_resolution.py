@@ -105,3 +105,39 @@ def test_a_build_without_the_platform_class_says_so(trees):
                                     "    x: int = 1\n"}
     resolved = resolution.read(trees.vllm(files).inner, "CUDA", "")
     assert "PlatformEnum.CUDA" in resolved.error
+
+
+REACH = {
+    **PLATFORMS,
+    "vllm/config/__init__.py": "from vllm.config.vllm import CacheConfig, VllmConfig, KVTransferConfig\n",
+    "vllm/config/vllm.py": CONFIG,
+    "vllm/executor.py": (
+        "class Executor:\n    def __init__(self, vllm_config):\n        self.vllm_config = vllm_config\n"
+        "        self._init_executor()\n\n    def _init_executor(self):\n        raise NotImplementedError\n\n"
+        "    def initialize(self):\n        self.collective_rpc('initialize_from_config')\n\n\n"
+        "class Multi(Executor):\n    def __init__(self, vllm_config):\n        super().__init__(vllm_config)\n\n"
+        "    def _init_executor(self):\n        start(self.vllm_config)\n\n\n"
+        "def start(vllm_config):\n    cache_config = vllm_config.cache_config\n"
+        "    cache_config.extensible = probe()\n\n\ndef probe():\n    return True\n"),
+    "vllm/worker.py": ("class GpuWorker:\n    def initialize_from_config(self):\n"
+                       "        if self.cache_config.extensible:\n            self.commit()\n\n"
+                       "    def commit(self):\n        pass\n"),
+}
+
+
+def test_the_path_follows_super_the_subclass_and_rpcs_into_the_worker(trees):
+    from compat.facts import reach
+
+    surface = trees.vllm(REACH).inner
+    found = reach.read(surface, "vllm.executor.Multi,vllm.executor.Executor.initialize", "vllm.worker.GpuWorker")
+    paths = found.paths()
+    # super().__init__ runs Executor.__init__, whose self._init_executor() is the subclass's, not the base's.
+    assert {"vllm.executor.Executor.__init__", "vllm.executor.Multi._init_executor", "vllm.executor.start"} <= paths
+    assert "vllm.executor.Executor._init_executor" not in paths
+    # collective_rpc("initialize_from_config") runs the worker's method, and what it calls on self.
+    assert {"vllm.worker.GpuWorker.initialize_from_config", "vllm.worker.GpuWorker.commit"} <= paths
+    assert found.chain("vllm.worker.GpuWorker.commit").endswith(
+        "GpuWorker.initialize_from_config -> GpuWorker.commit")
+    writes = [(w.field, w.function, w.value) for w in found.writes]
+    assert ("extensible", "vllm.executor.start", "probe()") in writes
+    assert all(w.config == "vllm.config.vllm.CacheConfig" for w in found.writes)

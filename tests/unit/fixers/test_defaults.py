@@ -80,3 +80,20 @@ def test_a_switch_kept_off_routes_the_config_through_the_shim(fixing):
 def test_nothing_changed_plans_nothing(fixing):
     ctx = fixing.context({"pkg/run.py": CONSUMER}, {"0.1.0": OLD, "0.1.1": OLD}, PROBE, written_for=OLD)
     assert not ctx.failing(PROBE) and FIXER.plan(ctx).empty
+
+
+def test_the_re_audit_reads_the_switches_the_shim_keeps_off(fixing):
+    """The shim's pinned defaults are read back from its own source, and given to the consumer's configs on each
+    build whose class has the field (the wrapper passes it only there)."""
+    from compat.fix.pipeline import shim_settings
+    from compat.fix.shim import pinned
+
+    ctx = fixing.context({"pkg/run.py": CONSUMER}, {"0.1.0": OLD, "0.2.0": NEW}, PROBE, written_for=OLD)
+    plan = FIXER.plan(ctx)
+    [adjust] = [p for p in plan.pieces if p.wraps]
+    pins = pinned(adjust.code)
+    assert pins == {"SchedulerConfig": {"async_scheduling": "False"}}
+    [new, old] = sorted(ctx.builds, key=lambda b: b.version, reverse=True)
+    assert shim_settings(pins, new.surface) == (("SchedulerConfig", "async_scheduling", "False"),)
+    without = {**pins, "SchedulerConfig": {**pins["SchedulerConfig"], "no_such_field": "False"}}
+    assert shim_settings(without, new.surface) == (("SchedulerConfig", "async_scheduling", "False"),)

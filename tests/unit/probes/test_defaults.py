@@ -115,3 +115,58 @@ def test_the_fix_passes_the_value_the_consumer_was_written_against(trees):
     (chunked,) = [f for f in findings if f.symbol == "vllm.config.SchedulerConfig.enable_chunked_prefill"]
     assert "pass enable_chunked_prefill=False to SchedulerConfig(...)" in chunked.fix
     assert (chunked.evidence.written_for, chunked.evidence.audited) == ("None", "True")
+
+
+def _switch_builds():
+    from ..facts.test_resolution import CONFIG, PLATFORMS
+
+    worker = ("class GpuWorker:\n    def __init__(self, vllm_config):\n"
+              "        self.cache_config = vllm_config.cache_config\n\n"
+              "    def initialize_from_config(self):\n        if self.cache_config.extensible:\n            return 1\n")
+    executor = ("class Executor:\n    def __init__(self, vllm_config):\n        self.vllm_config = vllm_config\n\n"
+                "    def initialize_from_config(self):\n        self.collective_rpc('initialize_from_config')\n")
+    init = "from vllm.config.vllm import CacheConfig, VllmConfig, KVTransferConfig\n"
+    new = {**PLATFORMS, "vllm/config/__init__.py": init, "vllm/config/vllm.py": CONFIG, "vllm/worker.py": worker,
+           "vllm/executor.py": executor}
+    old_config = CONFIG.replace("    extensible: bool = None\n", "").replace(
+        "        self._transfer()\n        self._resolve()\n", "        self._transfer()\n")
+    old = {**new, "vllm/config/vllm.py": old_config}
+    return old, new
+
+
+SWITCH_CONSUMER = """
+    from vllm.config import CacheConfig, VllmConfig
+    from vllm.executor import Executor
+
+
+    def run():
+        config = VllmConfig(cache_config=CacheConfig(block_size=16))
+        Executor(config).initialize_from_config()
+"""
+
+
+def test_a_new_switch_the_build_turns_on_on_one_platform_is_changed_naming_it(trees):
+    """A switch the written-for build lacks, declared None, that the build's own construction turns on on CUDA and
+    off on CPU, read by the worker the consumer's executor reaches through an RPC: changed, per platform."""
+    old, new = _switch_builds()
+    [found] = [f for f in trees.findings(PROBE, SWITCH_CONSUMER, new, written_for=old) if f.symbol.endswith(
+        ".extensible")]
+    assert found.status is Status.CHANGED, found.message
+    extra = dict(found.evidence.extra)
+    assert extra["platform_cuda"].startswith("True (vllm/config/vllm.py:")
+    assert extra["platform_cpu"].startswith("False (vllm/config/vllm.py:")
+    assert "GpuWorker.initialize_from_config" in found.message
+    assert found.evidence.written_for.startswith("absent")
+
+
+def test_a_new_switch_nothing_on_the_path_reads_is_no_finding(trees):
+    old, new = _switch_builds()
+    new = {**new, "vllm/worker.py": new["vllm/worker.py"].replace("self.cache_config.extensible", "True")}
+    assert not [f for f in trees.findings(PROBE, SWITCH_CONSUMER, new, written_for=old) if f.symbol.endswith(
+        ".extensible")]
+
+
+def test_a_new_switch_passed_by_the_consumer_is_no_finding(trees):
+    old, new = _switch_builds()
+    consumer = SWITCH_CONSUMER.replace("CacheConfig(block_size=16)", "CacheConfig(block_size=16, extensible=False)")
+    assert not [f for f in trees.findings(PROBE, consumer, new, written_for=old) if f.symbol.endswith(".extensible")]

@@ -76,3 +76,48 @@ def test_every_kind_is_one_finding_with_its_fix(trees):
         "consumer.MyWorker.compile_or_warm_up_model", "consumer.MyWorker.discard", "consumer.MyWorker.profile",
         "vllm.platforms.interface.Platform:manual_seed_all"]
     assert all(f.fix and f.evidence.written_for_build == "1.0.0" for f in findings)
+
+
+def _default_builds(then: str, now: str):
+    from ..facts.test_resolution import PLATFORMS
+
+    config = ("from dataclasses import dataclass, field\n\n\n@dataclass\nclass SchedulerConfig:\n"
+              "    async_scheduling: bool = {a}\n\n\n@dataclass\nclass VllmConfig:\n"
+              "    scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)\n")
+    files = {**PLATFORMS, "vllm/config/__init__.py": "from vllm.config.vllm import SchedulerConfig, VllmConfig\n",
+             "vllm/v1/__init__.py": "", "vllm/v1/worker/__init__.py": "", "vllm/v1/engine/__init__.py": "",
+             "vllm/v1/worker/worker_base.py": ("class WorkerBase:\n    def execute_model(self):\n"
+                                               "        return None\n\n"
+                                               "    def sample_tokens(self, grammar):\n"
+                                               "        raise NotImplementedError\n"),
+             "vllm/v1/engine/core.py": ("class EngineCore:\n    def __init__(self, vllm_config, worker):\n"
+                                        "        self.scheduler_config = vllm_config.scheduler_config\n"
+                                        "        self.worker = worker\n\n    def step(self):\n"
+                                        "        out = self.worker.execute_model()\n"
+                                        "        if self.scheduler_config.async_scheduling:\n"
+                                        "            out = self.worker.sample_tokens(None)\n        return out\n")}
+    return ({**files, "vllm/config/vllm.py": config.format(a=then)},
+            {**files, "vllm/config/vllm.py": config.format(a=now)})
+
+
+WORKER_PLUGIN = """
+    from vllm.v1.worker.worker_base import WorkerBase
+
+
+    class MyWorker(WorkerBase):
+        def execute_model(self):
+            return 1
+"""
+
+
+@pytest.mark.parametrize(("then", "now", "expected"), [("False", "True", [Status.BROKEN]), ("False", "False", []),
+                                                       ("True", "True", [])])
+def test_a_default_that_makes_vllm_call_a_hook_the_plugin_leaves_raising_is_broken(trees, then, now, expected):
+    """vLLM calls sample_tokens in both builds, but only under async_scheduling: broken where this build's default
+    turns it on and the written-for build's did not (on every platform here), not where nothing changed."""
+    old, new = _default_builds(then, now)
+    found = [f for f in trees.findings(PROBE, WORKER_PLUGIN, new, old) if f.symbol.endswith(":sample_tokens")]
+    assert [f.status for f in found] == expected, [f.message for f in found]
+    if found:
+        assert "when `(self.scheduler_config.async_scheduling)`" in found[0].message
+        assert "SchedulerConfig.async_scheduling is True" in found[0].message and "on CUDA" in found[0].message
