@@ -189,6 +189,9 @@ def _judge_on(ctx: ProbeContext, step: startup.Step, executor: str,
     written = [w for w in wrote if (w.config.rsplit(".", 1)[-1], w.field) not in given and w.field not in stored]
     reads: list[str] = []
     for config, name in fields:
+        value = platform.value(ctx, config, name)[0]
+        if value is not resolution.UNKNOWN and not value:
+            continue  # a switch that is off here puts nothing on the path in the mode the step completes
         for read in consequence.reads_on_path(ctx, platform, config, name)[:2]:
             reads.append(f"the step's test {config.rsplit('.', 1)[-1]}.{name} ({decided}) decides state the "
                          f"consumer's path reads at {read.render()} ({platform.path.chain(read.function)})")

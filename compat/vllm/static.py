@@ -179,6 +179,15 @@ class StaticSurface:
             return self.module_lookup(owner.path, name)
         if owner.kind == FoundKind.EXTERNAL:
             return Found(f"{owner.path}.{name}", FoundKind.EXTERNAL)
+        if owner.kind == FoundKind.ATTRIBUTE and (declared := self._declared_class(owner)) is not None:
+            # ``current_platform: Platform`` (vllm/platforms/__init__.py, served by the module's __getattr__):
+            # the object is of that class or a subclass, so what the class has is there; what it lacks may
+            # still come from the subclass chosen at run time.
+            inherited = self.member(declared, name)
+            if isinstance(inherited, Found):
+                return inherited
+            return Unresolved(f"{owner.path} is declared {declared.path}, which has no '{name}'; the object at run "
+                              "time may be of a subclass that has it")
         if owner.kind != FoundKind.CLASS:
             return Unresolved(f"{owner.path} is a {owner.kind}; its attributes are not known statically")
         model = self.class_model(owner)
@@ -202,6 +211,21 @@ class StaticSurface:
             return Unresolved(f"{owner.path} inherits from {', '.join(external)} (outside the build); "
                               f"'{name}' may come from there", outside=True)
         return Missing(f"{owner.path} has no attribute '{name}'")
+
+    def _declared_class(self, owner: Found) -> Found | None:
+        """The class a module attribute is annotated with at the module's top level or under ``if TYPE_CHECKING:``
+        (``current_platform: Platform``), else None."""
+        module, _, name = owner.path.rpartition(".")
+        info = self.index.module(module)
+        if info is None:
+            return None
+        body = list(info.tree.body)
+        body += [s for stmt in info.tree.body if isinstance(stmt, ast.If) for s in stmt.body]
+        for stmt in body:
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
+                cls = self.resolve_expr(info, stmt.annotation, types=True)
+                return cls if isinstance(cls, Found) and cls.kind == FoundKind.CLASS else None
+        return None
 
     def member_names(self, owner: Found) -> tuple[str, ...]:
         """Names reachable on a class (class body and instance attributes along the MRO) or module."""
