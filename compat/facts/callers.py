@@ -183,7 +183,7 @@ def _condition(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -
         test = getattr(parent, "test", None)
         if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and test is not None and node is not test:
             text = ast.unparse(test)
-            inside = node in getattr(parent, "body", []) or node is getattr(parent, "body", None)
+            inside = node is parent.body if isinstance(parent, ast.IfExp) else any(node is b for b in parent.body)
             tests.append(f"({text})" if inside else f"not ({text})")
         node = parent
     return " and ".join(reversed(tests))

@@ -121,3 +121,13 @@ def test_a_default_that_makes_vllm_call_a_hook_the_plugin_leaves_raising_is_brok
     if found:
         assert "when `(self.scheduler_config.async_scheduling)`" in found[0].message
         assert "SchedulerConfig.async_scheduling is True" in found[0].message and "on CUDA" in found[0].message
+
+
+def test_a_hook_called_in_a_conditional_expression_is_read_with_its_condition(trees):
+    old, new = _default_builds("False", "True")
+    core = new["vllm/v1/engine/core.py"].replace(
+        "        if self.scheduler_config.async_scheduling:\n            out = self.worker.sample_tokens(None)\n",
+        "        out = self.worker.sample_tokens(None) if self.scheduler_config.async_scheduling else out\n")
+    found = [f for f in trees.findings(PROBE, WORKER_PLUGIN, {**new, "vllm/v1/engine/core.py": core}, old)
+             if f.symbol.endswith(":sample_tokens") or f.status is Status.ERROR]
+    assert [f.status for f in found] == [Status.BROKEN], [f.message for f in found]

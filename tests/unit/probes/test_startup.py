@@ -164,3 +164,65 @@ def test_an_unreadable_engine_core_is_one_unknown(trees):
 
 def test_no_hand_built_executor_no_finding(trees):
     assert trees.findings(PROBE, "from vllm.config import ModelConfig\n\nModelConfig('m')\n", NOW) == []
+
+
+def _extensible_builds():
+    """An engine core that, when CacheConfig.extensible resolves on (CUDA, not CPU: the build's own
+    construction), extends the KV cache after initialize_from_config, whose worker side reads the switch."""
+    from ..facts.test_resolution import CONFIG, PLATFORMS
+
+    executor = ("class MultiprocExecutor:\n    def __init__(self, vllm_config):\n"
+                "        self.vllm_config = vllm_config\n\n"
+                "    def collective_rpc(self, method, args=()):\n        return []\n\n"
+                "    def initialize_from_config(self, configs):\n"
+                "        self.collective_rpc('initialize_from_config')\n\n"
+                "    def extend_kv_cache(self, n):\n        self.collective_rpc('extend_kv_cache', args=(n,))\n")
+    worker = ("class GpuWorker:\n    def __init__(self, vllm_config):\n"
+              "        self.cache_config = vllm_config.cache_config\n\n"
+              "    def initialize_from_config(self):\n        if self.cache_config.extensible:\n"
+              "            self.reserve()\n\n"
+              "    def reserve(self):\n        pass\n")
+    core = ("class EngineCore:\n    def __init__(self, vllm_config, executor_class):\n"
+            "        self.model_executor = executor_class(vllm_config)\n"
+            "        self.model_executor.initialize_from_config([])\n"
+            "        extensible = vllm_config.cache_config.extensible\n"
+            "        if extensible:\n            self.model_executor.extend_kv_cache(8)\n")
+    return {**PLATFORMS, "vllm/config/__init__.py": "from vllm.config.vllm import CacheConfig, VllmConfig, "
+            "KVTransferConfig\n", "vllm/config/vllm.py": CONFIG, "vllm/worker.py": worker,
+            "vllm/v1/__init__.py": "", "vllm/v1/engine/__init__.py": "", "vllm/v1/engine/core.py": core,
+            "vllm/v1/executor/__init__.py": "", "vllm/v1/executor/multiproc_executor.py": executor}
+
+
+EXTENSIBLE_PIPELINE = """
+    from vllm.config import CacheConfig, VllmConfig
+    from vllm.v1.executor.multiproc_executor import MultiprocExecutor
+
+
+    def run():
+        config = VllmConfig(cache_config=CacheConfig({cache}))
+        executor = MultiprocExecutor(config)
+        executor.initialize_from_config([])
+"""
+
+
+@pytest.mark.parametrize(("cache", "settings", "cuda"), [
+    ("block_size=16", (), "on CUDA: broken"),
+    ("block_size=16, extensible=False", (), "on CUDA: ok, the engine core skips it too"),
+    ("block_size=16", (("CacheConfig", "extensible", "False"),), "on CUDA: ok, the engine core skips it too"),
+])
+def test_a_step_under_a_switch_is_judged_per_platform_by_what_the_path_reads(trees, cache, settings, cuda):
+    """The step runs where the build turns the switch on (CUDA), and the worker the consumer's executor reaches
+    reads the switch: broken there; on CPU the engine core skips it too. A switch the consumer (or the shim's
+    pinned defaults, Scan.settings) turns off makes it ok everywhere."""
+    from dataclasses import replace
+
+    from compat.audit.pipeline import run_probes
+
+    ctx = trees.context(EXTENSIBLE_PIPELINE.format(cache=cache), _extensible_builds())
+    ctx = replace(ctx, scan=replace(ctx.scan, settings=settings))
+    [step] = [f for f in run_probes(ctx, [PROBE]) if f.touchpoint == "startup:extend_kv_cache"]
+    assert cuda in step.message, step.message
+    assert "on CPU: ok, the engine core skips it too" in step.message
+    assert step.status is (Status.BROKEN if "broken" in cuda else Status.OK)
+    if step.status is Status.BROKEN:
+        assert "CacheConfig.extensible is True" in step.message and "GpuWorker.initialize_from_config" in step.message
