@@ -117,7 +117,7 @@ class StartupProbe(Probe):
                 yield finding(status=Status.OK, message=f"the engine core's start-up step {label} is done by the "
                               "consumer too")
                 continue
-            judged = _by_state(ctx, step, anchor_class(ctx, executors[0]), platforms)
+            judged = _by_state(ctx, step, _anchor_class(ctx, executors[0]), platforms)
             if judged is not None:
                 status, message, extra = judged
                 yield finding(status=status, message=f"the engine core performs {label} at start-up ({step.at}); "
@@ -156,7 +156,8 @@ class StartupProbe(Probe):
                 yield finding(status=Status.UNKNOWN, message=f"the engine core performs {label} at start-up "
                               f"({step.at}); the consumer's pipeline does not")
 
-def anchor_class(ctx: ProbeContext, tp: TouchPoint) -> str:
+
+def _anchor_class(ctx: ProbeContext, tp: TouchPoint) -> str:
     found = ctx.lookup(tp.symbol)
     return found.path if isinstance(found, Found) else ""
 
@@ -178,7 +179,7 @@ def _judge_on(ctx: ProbeContext, step: startup.Step, executor: str,
         return None
     guard = resolution.evaluate(static, step.guard, platform.resolved, platform.passed) if step.guard else True
     fields = resolution.fields_in(static, step.guard) if step.guard else []
-    decided = "; ".join(f"{c.rsplit('.', 1)[-1]}.{n} is {_shown(platform.value(ctx, c, n)[0])} "
+    decided = "; ".join(f"{c.rsplit('.', 1)[-1]}.{n} is {consequence.shown(platform.value(ctx, c, n)[0])} "
                         f"({platform.value(ctx, c, n)[1]})" for c, n in fields)
     if guard is False:
         return Status.OK, f"the engine core skips it too, as `{step.guard}` is false there ({decided})"
@@ -214,10 +215,6 @@ def _judge_on(ctx: ProbeContext, step: startup.Step, executor: str,
     return None
 
 
-def _shown(value: object) -> str:
-    return "unknown" if value is resolution.UNKNOWN else repr(value)
-
-
 def _by_state(ctx: ProbeContext, step: startup.Step, executor: str,
               platforms: list[Platform]) -> tuple[Status, str, tuple[tuple[str, str], ...]] | None:
     """The step judged on every platform: the worst verdict, each platform's named."""
@@ -238,7 +235,9 @@ PROBE = StartupProbe(
     name="startup",
     description="The steps the build's engine core performs between creating the executor and the first step "
                 "(memory profiling, KV-cache specs, layout and configuration, worker initialisation), compared with "
-                "the consumer's hand-built pipeline; steps new since the written-for build that it misses (those its "
-                "correctness does not depend on are ok, with why: compat.facts.startup.NOT_NEEDED).",
+                "the consumer's hand-built pipeline, each skipped step judged on every platform by the state it writes "
+                "and the tests it runs under (broken where the consumer's path reads it; ok where the engine core "
+                "skips it too or nothing reads it); steps neither decides: new since the written-for build, or "
+                "ok with why (compat.facts.startup.NOT_NEEDED).",
     order=80,
 )
