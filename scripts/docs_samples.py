@@ -143,9 +143,10 @@ def where_shown() -> dict[str, list[Path]]:
 
 
 def masked(lines: list[str]) -> list[str]:
-    """Numbers (digits with the commas and points between them), and the units of sizes (a cache's size is KiB
-    or GiB by what it holds), masked."""
-    return [re.sub(r"\b[KMGT]iB\b", "XiB", re.sub(r"\d(?:[\d,.]*\d)?", "N", line)) for line in lines]
+    """Numbers (digits with the commas and points between them, and an exponent: a difference is ``0`` on one
+    machine and ``2.07e-07`` on another), and the units of sizes (a cache's size is KiB or GiB by what it holds),
+    masked."""
+    return [re.sub(r"\b[KMGT]iB\b", "XiB", re.sub(r"\d(?:[\d,.]*\d)?(?:e[-+]?\d+)?", "N", line)) for line in lines]
 
 
 def write_block(path: Path, name: str, new: list[str]) -> None:
