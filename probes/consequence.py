@@ -9,7 +9,6 @@ readers (``compat.facts.defaults``) is among the defs reached.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 
 from compat.consumer.result import Kind, TouchPoint
@@ -144,29 +143,7 @@ class PathRead:
 def reads_on_path(ctx: ProbeContext, platform: Platform, config: str, name: str) -> list[PathRead]:
     """Where the defs the consumer's path reaches on ``platform`` read ``config.name``: ``<...>.<attr>.<name>``
     where ``attr`` is the name vLLM holds that config under, or ``self.<name>`` in the config's own methods."""
-    surface = static_surface(ctx)
-    if surface is None:
-        return []
-    attrs = {a for a, c in reach.config_classes(surface).items() if c == config}
-    out: list[PathRead] = []
-    for path in sorted(platform.path.paths()):
-        found = surface.lookup(path)
-        code = reach.function_node(surface, path) if isinstance(found, Found) else None
-        if code is None:
-            continue
-        node, where = code
-        params = node.args.posonlyargs + node.args.args
-        self_name = params[0].arg if params else None
-        own = path.rsplit(".", 1)[0] == config
-        for attr in ast.walk(node):
-            if not isinstance(attr, ast.Attribute) or attr.attr != name or not isinstance(attr.ctx, ast.Load):
-                continue
-            receiver = attr.value
-            last = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
-            if last in attrs or (own and isinstance(receiver, ast.Name) and receiver.id == self_name):
-                out.append(PathRead(path, f"{where.module.relpath}:{attr.lineno}"))
-                break
-    return out
+    return [PathRead(r.function, r.at) for r in platform.path.reads if r.config == config and r.field == name]
 
 
 def values(ctx: ProbeContext, config: str, name: str, surface: Surface | None = None) -> list[tuple[str, object, str]]:

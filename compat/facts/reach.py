@@ -52,10 +52,22 @@ class Write:
 
 
 @dataclass(frozen=True)
+class FieldRead:
+    """``<...>.<config>.<field>`` (or ``self.<field>`` in a config's own method) read in a def reached."""
+
+    config: str
+    field: str
+    at: str
+    function: str
+
+
+@dataclass(frozen=True)
 class Reach:
     defs: tuple[Reached, ...] = ()
     writes: tuple[Write, ...] = ()
     """The config fields the defs reached assign."""
+    reads: tuple[FieldRead, ...] = ()
+    """The config fields they read (the first read of each field in each def)."""
 
     def paths(self) -> frozenset[str]:
         return frozenset(r.path for r in self.defs)
@@ -210,12 +222,14 @@ def read(surface: StaticSurface, entries: str, workers: str = "") -> Reach:
                     reached[target.path] = Reached(target.path, "", loc(target) or "")
                     queue.append((target, 0, instance))
     writes: list[Write] = []
+    reads: list[FieldRead] = []
     while queue and len(reached) < _MAX_DEFS:
         found, depth, instance = queue.pop(0)
         code = _code(found)
         if code is None:
             continue
         writes += _writes(surface, code, configs)
+        reads += _reads(surface, code, configs)
         if depth >= _MAX_DEPTH:
             continue
         params = code.node.args.posonlyargs + code.node.args.args
@@ -232,7 +246,26 @@ def read(surface: StaticSurface, entries: str, workers: str = "") -> Reach:
                     continue
                 reached[target.path] = Reached(target.path, found.path, loc(code.module, call) or "")
                 queue.append((target, depth + 1, instance if on_self else None))
-    return Reach(tuple(reached.values()), tuple(writes))
+    return Reach(tuple(reached.values()), tuple(writes), tuple(reads))
+
+
+def _reads(surface: StaticSurface, code: Code, configs: dict[str, str]) -> list[FieldRead]:
+    params = code.node.args.posonlyargs + code.node.args.args
+    self_name = params[0].arg if params else None
+    owner = _owner(surface, code)
+    own = owner.path if owner is not None and owner.path in configs.values() else None
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for node in ast.walk(code.node):
+        if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
+            continue
+        receiver = node.value
+        last = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
+        config = configs.get(last) or (own if isinstance(receiver, ast.Name) and receiver.id == self_name else None)
+        if config is not None and (config, node.attr) not in seen:
+            seen.add((config, node.attr))
+            out.append(FieldRead(config, node.attr, f"{code.module.relpath}:{node.lineno}", code.found.path))
+    return out
 
 
 def _writes(surface: StaticSurface, code: Code, configs: dict[str, str]) -> list[Write]:
