@@ -169,10 +169,11 @@ def shown(value: object) -> str:
 def turned_on(ctx: ProbeContext, condition: str) -> list[tuple[str, str]]:
     """The platforms where ``condition`` (a test of vLLM's code on config fields) holds with this build's defaults
     but did not with the build the consumer was written for, each with what decides it there."""
-    now, then = static_surface(ctx), static_surface(ctx, ctx.written_for) if ctx.written_for else None
-    if now is None or then is None or not condition or not resolution.fields_in(now, condition):
+    written = ctx.written_for
+    now, then = static_surface(ctx), static_surface(ctx, written) if written is not None else None
+    if written is None or now is None or then is None or not condition or not resolution.fields_in(now, condition):
         return []
-    given_now, given_then = passed(ctx), passed(ctx, ctx.written_for)
+    given_now, given_then = passed(ctx), passed(ctx, written)
     out = []
     for platform in resolution.PLATFORMS:
         resolved = ctx.fact(resolution.FACT, platform, given_now)
@@ -184,6 +185,6 @@ def turned_on(ctx: ProbeContext, condition: str) -> list[tuple[str, str]]:
                 f"{c.rsplit('.', 1)[-1]}.{n} is {shown(resolution.field_value(now, resolved, c, n, {})[0])} "
                 f"({resolution.field_value(now, resolved, c, n, {})[1]})"
                 for c, n in resolution.fields_in(now, condition))
-            out.append((platform, f"{said}; in vLLM {ctx.written_for.build.version} the test was "  # type: ignore[union-attr]
+            out.append((platform, f"{said}; in vLLM {written.build.version} the test was "
                         f"{'false' if held is False else 'not decided by its defaults'}"))
     return out

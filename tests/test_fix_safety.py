@@ -235,12 +235,12 @@ def test_the_range_refusal_comes_at_first_use_and_only_1_true_yes_lift_it(patche
     assert run.stdout.startswith("imported")
     if lifted:
         assert run.returncode == 0 and run.stdout.split() == ["imported", "0"], run.stderr[-2000:]
-        assert "RuntimeWarning" in run.stderr and "outside the audited builds 0.1.0..0.2.0" in run.stderr
+        assert "RuntimeWarning" in run.stderr and "outside the builds it re-audited clean 0.1.0..0.2.0" in run.stderr
     else:
         assert run.returncode != 0
         last = run.stderr.strip().splitlines()[-1]
-        assert last.startswith("RuntimeError: pkg._vllm_compat: vLLM 0.0.1 is outside the audited builds "
-                               "0.1.0..0.2.0")
+        assert last.startswith("RuntimeError: pkg._vllm_compat: vLLM 0.0.1 is outside the builds it re-audited "
+                               "clean 0.1.0..0.2.0")
         assert "VLLM_COMPAT_ALLOW_OUT_OF_RANGE=1, true or yes" in last and "0, false, no and empty" in last
 
 

@@ -1,7 +1,7 @@
 """The terminal report reads from the top: the verdict first (and last), findings in the order of their files and
 lines as numbers, findings with one cause and one fix at one place shown once with what differs. By default one
-line per finding (two for a failing one on a narrow terminal) fitted to the width; ``--details`` shows each in
-full."""
+line per finding (two for a failing one on a narrow terminal, while the report fits a screen) fitted to the width;
+``--details`` shows each in full."""
 
 from __future__ import annotations
 
@@ -192,6 +192,20 @@ def test_a_failing_finding_takes_a_second_line_only_on_a_narrow_terminal():
     assert narrow[0].lstrip().startswith("30  BROKEN") and narrow[1].startswith(" " * 10)  # a second line
     assert narrow[2].lstrip().startswith("31  CHANGED")  # one line: it does not fail the run
     assert wide[0].lstrip().startswith("30  BROKEN") and wide[1].lstrip().startswith("31  CHANGED")
+
+
+@pytest.mark.parametrize("broken", [5, terminal.SCREEN - 10, terminal.SCREEN - 5, terminal.SCREEN + 5])
+def test_second_lines_go_while_the_report_fits_the_screen_in_the_report_order(broken):
+    findings = tuple(_finding(i, f"S{i}", message=LONG) for i in range(1, broken + 1))
+    lines = terminal.render(Result(findings), view=View(width=80)).splitlines()
+    rows = [k for k, line in enumerate(lines) if re.match(r"\s+\d+  BROKEN", line)]
+    assert len(rows) == broken
+    second = [k for k in rows if lines[k + 1].startswith(" " * 10) and k + 1 not in rows]
+    one_line_each = len(lines) - len(second)
+    # as many second lines as fit (none where one line each is a screen already), the first findings first
+    assert len(second) == max(0, min(broken, terminal.SCREEN - one_line_each))
+    assert second == rows[:len(second)]
+    assert len(lines) <= max(terminal.SCREEN, one_line_each)
 
 
 def test_the_footer_says_how_to_see_more_and_names_the_reports_whole():

@@ -52,6 +52,17 @@ class _Unknown:
 UNKNOWN: Any = _Unknown()
 
 
+def _lambda_def() -> ast.FunctionDef:
+    """The def a lambda's body is read as part of (a lambda has no def of its own)."""
+    [node] = ast.parse("def _lambda(): pass").body
+    if not isinstance(node, ast.FunctionDef):
+        raise TypeError(f"a def parses as {type(node).__name__}")
+    return node
+
+
+_LAMBDA_DEF = _lambda_def()
+
+
 class _Dropped(Exception):
     """The path raised: it is not one the construction completes on."""
 
@@ -281,8 +292,9 @@ class _Machine:
         text = declared(self.surface, obj.cls, name).default if not obj.platform else None
         defined = definition(member) if isinstance(member, Found) else None
         module = defined.module if defined is not None else None
-        if text is not None and text.endswith("()") and module is not None and not obj.platform:
-            made = self.surface.resolve_expr(module, ast.parse(text, mode="eval").body.func)  # type: ignore[attr-defined]
+        call = ast.parse(text, mode="eval").body if text is not None and text.endswith("()") else None
+        if isinstance(call, ast.Call) and module is not None and not obj.platform:
+            made = self.surface.resolve_expr(module, call.func)
             if isinstance(made, Found) and made.kind == FoundKind.CLASS and made.path.startswith("vllm."):
                 key = (id(obj), name)
                 if key not in self.members:
@@ -525,9 +537,9 @@ class _Machine:
             if isinstance(receiver, Obj):
                 self.set(receiver, target.attr, value, where, state)
         elif isinstance(target, (ast.Tuple, ast.List)):
-            known = isinstance(value, tuple) and len(value) == len(target.elts)
+            values = value if isinstance(value, tuple) and len(value) == len(target.elts) else None
             for i, item in enumerate(target.elts):
-                self.store(item, value[i] if known else UNKNOWN, where, state, module, depth)  # type: ignore[index]
+                self.store(item, values[i] if values is not None else UNKNOWN, where, state, module, depth)
 
     # ---- expressions -----------------------------------------------------------------------
     def expr(self, node: ast.expr | None, state: _State, module: ModuleInfo, depth: int | None) -> object:
@@ -591,8 +603,9 @@ class _Machine:
             return Closure(node, self._lambda_code(module), state.local)
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitOr, ast.BitAnd)):
             a, b = self.expr(node.left, state, module, depth), self.expr(node.right, state, module, depth)
-            if isinstance(a, Member) and isinstance(b, Member) and a.flag and b.flag and a.cls == b.cls:
-                value = (a.value | b.value) if isinstance(node.op, ast.BitOr) else (a.value & b.value)  # type: ignore[operator]
+            if isinstance(a, Member) and isinstance(b, Member) and a.flag and b.flag and a.cls == b.cls and \
+                    isinstance(a.value, int) and isinstance(b.value, int):
+                value = (a.value | b.value) if isinstance(node.op, ast.BitOr) else (a.value & b.value)
                 return Member(a.cls, f"({a.name}|{b.name})", value, True)
             return UNKNOWN
         if isinstance(node, ast.Call) and depth is not None:
@@ -614,7 +627,7 @@ class _Machine:
 
     def _lambda_code(self, module: ModuleInfo) -> Code:
         found = Found(module.name, FoundKind.MODULE)
-        return Code(found, ast.FunctionDef(), module)  # type: ignore[call-arg]
+        return Code(found, _LAMBDA_DEF, module)
 
     def boolop(self, node: ast.BoolOp, state: _State, module: ModuleInfo, depth: int | None) -> object:
         """``and``/``or`` as Python runs them; an operand that decides the truth decides it even after one that is
@@ -644,8 +657,9 @@ class _Machine:
             return same if isinstance(op, ast.Is) else not same
         if isinstance(op, (ast.In, ast.NotIn)):
             found: object = UNKNOWN
-            if isinstance(a, Member) and isinstance(b, Member) and a.flag and b.flag:
-                found = (a.value & b.value) == a.value  # type: ignore[operator]
+            if isinstance(a, Member) and isinstance(b, Member) and a.flag and b.flag and isinstance(a.value, int) \
+                    and isinstance(b.value, int):
+                found = (a.value & b.value) == a.value
             elif isinstance(b, tuple) and a is not UNKNOWN and not isinstance(a, (Obj, Ref)):
                 if any(_same(a, item) for item in b):
                     found = True

@@ -23,7 +23,10 @@ _STATUS_WIDTH = max(len(s.value) for s in Status)
 _MIN_FIX = 16
 """Fewer columns than this left beside a headline: the fix is not shown (a cut this short says nothing)."""
 NARROW = 100
-"""A terminal narrower than this gives a failing finding a second line."""
+"""A terminal narrower than this gives a failing finding a second line, while the report fits ``SCREEN``."""
+SCREEN = 50
+"""Lines the compact report keeps within where it can: second lines go to failing findings, in the report's
+order, only while the whole report (verdicts, facts, headings, footer) stays within this many."""
 
 
 @dataclass(frozen=True)
@@ -63,23 +66,30 @@ def _compact(result: Reportable, color: bool, show_ok: bool, view: View) -> str:
     where_width = max((len(_where(g[0])) for g in groups), default=0)
     check_width = max((len(g[0].check) for g in groups), default=0)
     failing = {id(f) for f in result.failing()}
+    indent = 2 + (where_width + 2 if where_width else 0) + _STATUS_WIDTH + 1 + check_width + 2
+    texts = [_fitted(g[0], len(g), width - indent, 1) for g in groups]
+    footer = [""] + _footer(result, show_ok, view, width, more=bool(groups)) + [verdict]
+    files = [g[0].file_and_line[0] or "(no location)" for g in groups]
+    headings = sum(1 for k, file in enumerate(files) if k == 0 or file != files[k - 1])
+    room = SCREEN - len(lines) - 2 * headings - len(groups) - len(footer)
+    for i, group in enumerate(groups):
+        # a failing finding keeps more of its words where the terminal is narrow: a second line, while it fits
+        if width < NARROW and id(group[0]) in failing and room > 0:
+            longer = _fitted(group[0], len(group), width - indent, 2)
+            if len(longer) == 2:
+                texts[i], room = longer, room - 1
     heading: str | None = None
-    for group in groups:
+    for group, file, said in zip(groups, files, texts):
         f = group[0]
-        file = f.file_and_line[0] or "(no location)"
         if file != heading:
             lines += ["", e(file) if len(e(file)) <= width else "…" + e(file)[1 - width:]]  # the name's end
             heading = file
         line = f"  {_where(f):>{where_width}}  " if where_width else "  "
         status = f"{f.status.value.upper():<{_STATUS_WIDTH}}"
         after = f" {f.check:<{check_width}}  "
-        indent = len(line) + len(status) + len(after)
-        # a failing finding keeps more of its words where the terminal is narrow: a second line
-        texts = _fitted(f, len(group), width - indent, 2 if width < NARROW and id(f) in failing else 1)
-        lines.append(line + _paint(status, f.status, color) + after + texts[0])
-        lines += [" " * indent + text for text in texts[1:]]
-    lines += [""] + _footer(result, show_ok, view, width, more=bool(groups)) + [verdict]
-    return "\n".join(lines) + "\n"
+        lines.append(line + _paint(status, f.status, color) + after + said[0])
+        lines += [" " * indent + text for text in said[1:]]
+    return "\n".join(lines + footer) + "\n"
 
 
 def _where(f: Finding) -> str:
