@@ -7,6 +7,7 @@ their size and mtime; when any of them changed (a source checkout moved on), the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -27,8 +28,11 @@ FORMAT = 6
 T = TypeVar("T")
 
 
+@functools.cache
 def _code_fingerprint() -> str:
-    """The memo is only valid for the code that computed it: this package's files, by size and mtime."""
+    """The memo is only valid for the code that computed it: this package's files, by size and mtime, as they
+    were when this process first asked (a build opened later in a long run must not file what the code already
+    loaded computes under the fingerprint of files edited since)."""
     package = Path(__file__).resolve().parent.parent
     parts = []
     for path in sorted(package.rglob("*.py")):
