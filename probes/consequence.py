@@ -143,7 +143,42 @@ class PathRead:
 def reads_on_path(ctx: ProbeContext, platform: Platform, config: str, name: str) -> list[PathRead]:
     """Where the defs the consumer's path reaches on ``platform`` read ``config.name``: ``<...>.<attr>.<name>``
     where ``attr`` is the name vLLM holds that config under, or ``self.<name>`` in the config's own methods."""
-    return [PathRead(r.function, r.at) for r in platform.path.reads if r.config == config and r.field == name]
+    return [PathRead(r.function, r.at) for r in platform.path.reads
+            if r.kind == reach.CONFIG and r.config == config and r.field == name]
+
+
+def same_state(ctx: ProbeContext, a: reach.Write | reach.FieldRead, b: reach.Write | reach.FieldRead) -> bool:
+    """Whether ``a`` and ``b`` are about one piece of state: a config field, a module global, or the attribute of
+    objects of one class (or classes one of which is a base of the other)."""
+    if a.kind != b.kind or a.field != b.field:
+        return False
+    if a.kind != reach.INSTANCE or a.config == b.config:
+        return a.config == b.config
+    static = static_surface(ctx)
+    return static is not None and reach.related(static, a.config, b.config)
+
+
+def state_written_on_path(platform: Platform, write: reach.Write) -> reach.Write | None:
+    """The consumer's path running the statement ``write`` is itself (``KVCacheSpecRegistry.get_manager_class``
+    registers the specs when none are): another statement writing the same state is not enough, as what runs
+    first and what it assigns are not read here."""
+    return next((w for w in platform.path.writes if w.at == write.at and w.field == write.field), None)
+
+
+def state_reads_on_path(ctx: ProbeContext, platform: Platform, write: reach.Write) -> list[PathRead]:
+    """Where the defs the consumer's path reaches on ``platform`` read the state ``write`` changes: the config
+    field, the module global, or the attribute of the same object (``self`` of the class or one related to it by
+    inheritance)."""
+    if write.kind == reach.CONFIG:
+        return reads_on_path(ctx, platform, write.config, write.field)
+    return [PathRead(r.function, r.at) for r in platform.path.reads if same_state(ctx, r, write) and not r.tested]
+
+
+def tested_on_path(ctx: ProbeContext, platform: Platform, write: reach.Write) -> list[PathRead]:
+    """The reads of ``write``'s state (a module global, an object's attribute) whose def tests it before use."""
+    if write.kind == reach.CONFIG:
+        return []
+    return [PathRead(r.function, r.at) for r in platform.path.reads if same_state(ctx, r, write) and r.tested]
 
 
 def values(ctx: ProbeContext, config: str, name: str, surface: Surface | None = None) -> list[tuple[str, object, str]]:

@@ -132,7 +132,8 @@ class DefaultsProbe(Probe):
             if not values:
                 continue
             reads = {p.name: consequence.reads_on_path(ctx, p, found.path, field.name) for p in platforms}
-            later = {p.name: [w for w in p.path.writes if w.config == found.path and w.field == field.name
+            later = {p.name: [w for w in p.path.writes if w.kind == reach.CONFIG and w.config == found.path
+                              and w.field == field.name
                               and w.value not in ("None", "")] for p in platforms}
             on = [(p, v, at) for p, v, at in values if v is True]
             auto = [(p, v, at) for p, v, at in values if v is None and later.get(p) and reads.get(p)]

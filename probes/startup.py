@@ -2,74 +2,19 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterable
 from functools import partial
 
 from compat.probes.consequence import Platform
 
 from compat.consumer.result import Kind, TouchPoint
-from compat.facts import hashing, reach, resolution, startup
+from compat.facts import reach, resolution, startup
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
 from compat.probes import consequence
+from compat.vllm.static import StaticSurface
 from compat.vllm.surface import Found, FoundKind
-
-CACHE_CONFIG = "vllm.config.CacheConfig"
-VLLM_CONFIG = "vllm.config.VllmConfig"
-MODEL_CONFIG = "vllm.config.ModelConfig"
-REQUEST = "vllm.v1.request.Request"
-
-
-def _calls_of(ctx: ProbeContext, path: str) -> list[TouchPoint]:
-    target = ctx.lookup(path)
-    if not isinstance(target, Found):
-        return []
-    return [tp for tp in ctx.scan.touchpoints if tp.kind == Kind.CALL and tp.symbol.rsplit(".", 1)[-1] ==
-            path.rsplit(".", 1)[-1] and isinstance(found := ctx.lookup(tp.symbol), Found) and found.path == target.path]
-
-
-def _keyword(ctx: ProbeContext, path: str, keyword: str) -> tuple[str | None, str | None, bool]:
-    """What the consumer's calls of ``path`` pass as ``keyword``: (the literal, where, whether any passes it in a
-    way the scan cannot read)."""
-    opaque = False
-    for tp in _calls_of(ctx, path):
-        literal = dict(tp.literals).get(keyword)
-        if literal is not None:
-            return literal, str(tp.location), False
-        if tp.call is not None and (keyword in tp.call.keywords or tp.call.star_kwargs):
-            opaque = True
-    return None, None, opaque
-
-
-def holds(ctx: ProbeContext, assumes: str) -> tuple[bool | None, str]:
-    """Whether what a not-needed step's reason assumes of the consumer's pipeline holds, as its source shows
-    (None: the scan cannot tell), and why."""
-    cls = {startup.PREFIX_CACHING_OFF: CACHE_CONFIG, startup.NO_KV_CONNECTOR: VLLM_CONFIG,
-           startup.EAGER: MODEL_CONFIG}[assumes]
-    keyword = {startup.PREFIX_CACHING_OFF: "enable_prefix_caching", startup.NO_KV_CONNECTOR: "kv_transfer_config",
-               startup.EAGER: "enforce_eager"}[assumes]
-    literal, at, opaque = _keyword(ctx, cls, keyword)
-    name = cls.rsplit(".", 1)[-1]
-    set_by = next((value for config, field, value in ctx.scan.settings if config == name and field == keyword), None)
-    if literal is None and set_by is not None:
-        literal, at, opaque = set_by, "the shim's pinned defaults", False
-    if opaque:
-        return None, ""
-    if literal is not None:
-        said = f"the consumer's {name}({keyword}={literal}) at {at}"
-        if assumes == startup.NO_KV_CONNECTOR:
-            return literal == "None", said
-        on = literal in ("True", "1")
-        return (not on if assumes == startup.PREFIX_CACHING_OFF else on), said
-    if assumes == startup.PREFIX_CACHING_OFF:
-        default = ctx.fact(hashing.FACT, CACHE_CONFIG, REQUEST).prefix_caching_default
-        if default is None:
-            return None, ""
-        said = f"the build's default {name}.{keyword}={default}, which the consumer does not change"
-        return default not in ("True", "true", "1"), said
-    if assumes == startup.NO_KV_CONNECTOR and _calls_of(ctx, cls):
-        return True, f"the consumer's {name}(...) passes no {keyword}"
-    return None, ""
 
 
 def _norm(name: str) -> str:
@@ -130,31 +75,17 @@ class StartupProbe(Probe):
                               fix=(f"repeat what {startup.ENGINE_CORE} does at {step.at} after creating the executor"
                                    if status is not Status.OK else None))
                 continue
+            # Neither the step's tests nor what it writes can be read: whether the consumer needs it is not
+            # decided by the build's code (being new, or skipped before as well, decides nothing).
             new = before is not None and _norm(step.name) not in before
-            unneeded = startup.NOT_NEEDED.get(step.name)
-            state, why = holds(ctx, unneeded.assumes) if unneeded and unneeded.assumes else (True, "")
-            if (new or before is None) and unneeded is not None and state is not False:
-                said = (unneeded.text() if state is None or unneeded.assumes is None
-                        else f"{unneeded.reason} ({unneeded.assumes}: {why})")
-                yield finding(status=Status.OK, message=f"the consumer's hand-built pipeline skips the start-up step "
-                              f"{label} ({step.at}), which its correctness does not depend on: {said}")
-            elif new:
-                unmet = (f"; it could be skipped if {unneeded.assumes} ({unneeded.reason}), but {why}"
-                         if unneeded is not None else "")
-                yield finding(status=Status.CHANGED, message=f"the engine core now performs {label} at start-up "
-                              f"({step.at}), new since vLLM {then}; the consumer's "
-                              f"hand-built pipeline does not{unmet}",
-                              evidence=Evidence(written_for="not a start-up step",
-                                                audited=f"{label} ({step.at})",
-                                                written_for_build=then),
-                              fix=f"repeat what {startup.ENGINE_CORE} does at {step.at} after creating the "
-                                  "executor")
-            elif before is not None:
-                yield finding(status=Status.OK, message=f"the consumer skips the start-up step {label}, as it did "
-                              f"with vLLM {then}")
-            else:
-                yield finding(status=Status.UNKNOWN, message=f"the engine core performs {label} at start-up "
-                              f"({step.at}); the consumer's pipeline does not")
+            history = (f", new since vLLM {then}" if new else f", skipped with vLLM {then} as well"
+                       if before is not None else "")
+            yield finding(status=Status.UNKNOWN, message=f"the engine core performs {label} at start-up "
+                          f"({step.at}){history}; the consumer's hand-built pipeline does not, and what the step "
+                          "writes cannot be read from the build's code",
+                          evidence=Evidence(written_for="not a start-up step" if new else None,
+                                            audited=f"{label} ({step.at})", written_for_build=then),
+                          fix=f"repeat what {startup.ENGINE_CORE} does at {step.at} after creating the executor")
 
 
 def _anchor_class(ctx: ProbeContext, tp: TouchPoint) -> str:
@@ -183,11 +114,23 @@ def _judge_on(ctx: ProbeContext, step: startup.Step, executor: str,
                         f"({platform.value(ctx, c, n)[1]})" for c, n in fields)
     if guard is False:
         return Status.OK, f"the engine core skips it too, as `{step.guard}` is false there ({decided})"
-    entry = _entry(step, executor, platform)
-    wrote = ctx.fact(reach.FACT, entry, platform.worker or "").writes if entry else ()
-    given = {(c.rsplit(".", 1)[-1], n) for c, names in platform.passed.items() for n in names}
     stored = {tp.attribute for tp in ctx.scan.touchpoints if tp.kind is Kind.ATTRIBUTE and tp.store and tp.attribute}
-    written = [w for w in wrote if (w.config.rsplit(".", 1)[-1], w.field) not in given and w.field not in stored]
+    if guard is not True:
+        still = _unchanged(static, step.guard, platform, stored)
+        if still:
+            return Status.OK, (f"the engine core runs it only when {still} changed between two of its own reads "
+                               f"(`{step.guard}`), and nothing on the consumer's path assigns it once the configs "
+                               "are built, so there is no change to pass on")
+    entry = _entry(step, executor, platform)
+    walked = ctx.fact(reach.FACT, entry, platform.worker or "") if entry else None
+    if walked is None or not walked.defs:
+        return None
+    wrote = walked.writes
+    given = {(c.rsplit(".", 1)[-1], n) for c, names in platform.passed.items() for n in names}
+    mine = [w for w in wrote if (w.config.rsplit(".", 1)[-1], w.field) not in given and w.field not in stored
+            and not w.constructing]  # an object the step makes is its own, not one the consumer holds
+    itself = [(w, by) for w in mine if (by := consequence.state_written_on_path(platform, w)) is not None]
+    written = [w for w in mine if all(w is not other for other, _ in itself)]
     reads: list[str] = []
     for config, name in fields:
         value = platform.value(ctx, config, name)[0]
@@ -196,23 +139,63 @@ def _judge_on(ctx: ProbeContext, step: startup.Step, executor: str,
         for read in consequence.reads_on_path(ctx, platform, config, name)[:2]:
             reads.append(f"the step's test {config.rsplit('.', 1)[-1]}.{name} ({decided}) decides state the "
                          f"consumer's path reads at {read.render()} ({platform.path.chain(read.function)})")
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
     for write in written:
-        if (write.config, write.field) in seen:
+        if (write.kind, write.config, write.field) in seen:
             continue
-        seen.add((write.config, write.field))
-        for read in consequence.reads_on_path(ctx, platform, write.config, write.field)[:1]:
-            reads.append(f"it writes {write.config.rsplit('.', 1)[-1]}.{write.field} ({write.at}), which the "
-                         f"consumer's path reads at {read.render()} ({platform.path.chain(read.function)}) and "
-                         "the consumer neither passes nor assigns")
+        seen.add((write.kind, write.config, write.field))
+        for read in consequence.state_reads_on_path(ctx, platform, write)[:1]:
+            reads.append(f"it writes {_state(write)} ({write.at}), which the consumer's path reads at "
+                         f"{read.render()} ({platform.path.chain(read.function)}) and the consumer neither passes "
+                         "nor assigns")
     if reads:
         status = Status.BROKEN if guard is True else Status.UNKNOWN
         when = "" if guard is True else f" if `{step.guard}` holds, which this build's code does not decide here"
         return status, "; ".join(reads[:3]) + when
     if written:
-        shown = ", ".join(sorted({f"{w.config.rsplit('.', 1)[-1]}.{w.field}" for w in written})[:4])
+        shown = ", ".join(sorted({_state(w) for w in written})[:4])
+        tested = [(w, r) for w in written for r in consequence.tested_on_path(ctx, platform, w)[:1]]
+        if tested:
+            said = "; ".join(f"{_state(w)} at {r.render()}" for w, r in tested[:2])
+            return Status.OK, (f"nothing on the consumer's path reads what it writes ({shown}) but to test whether "
+                               f"it is set, running without it ({said})")
         return Status.OK, f"nothing on the consumer's path reads what it writes ({shown})"
-    return None
+    if itself:
+        shown = ", ".join(sorted({f"{_state(w)} at {by.at}" for w, by in itself})[:3])
+        return Status.OK, f"the consumer's path runs the statements that write its state itself ({shown})"
+    return Status.OK, (f"it writes no state the consumer's objects hold (no config field, module global or attribute "
+                       f"of the objects it runs on) in the {len(walked.defs)} defs its calls reach, as far as they "
+                       "can be followed; what it returns stays with the engine core")
+
+
+def _unchanged(static: StaticSurface, guard: str, platform: Platform, stored: set[str]) -> str:
+    """``a.b.field != a.b.field`` as a term of the step's test (a value read before and after the engine core's own
+    steps, ``max_model_len_after != max_model_len_before``): the config field it compares with itself, where
+    neither the consumer's path nor the consumer (``stored``: attributes it assigns) writes it ("" otherwise)."""
+    try:
+        node = ast.parse(guard, mode="eval").body
+    except SyntaxError:
+        return ""
+    terms = node.values if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) else [node]
+    for term in terms:
+        if isinstance(term, ast.Compare) and len(term.ops) == 1 and isinstance(term.ops[0], ast.NotEq) and \
+                ast.unparse(term.left) == ast.unparse(term.comparators[0]):
+            fields = resolution.fields_in(static, ast.unparse(term.left))
+            if len(fields) != 1:
+                continue
+            written = any(w.kind == reach.CONFIG and (w.config, w.field) == fields[0] for w in platform.path.writes)
+            if fields[0][1] not in stored and not written:
+                return f"{fields[0][0].rsplit('.', 1)[-1]}.{fields[0][1]}"
+    return ""
+
+
+def _state(write: reach.Write) -> str:
+    short = write.config.rsplit(".", 1)[-1]
+    if write.kind == reach.GLOBAL:
+        return f"the module global {short}.{write.field}"
+    if write.kind == reach.INSTANCE:
+        return f"{short}.{write.field} of the object it runs on"
+    return f"{short}.{write.field}"
 
 
 def _by_state(ctx: ProbeContext, step: startup.Step, executor: str,
@@ -237,7 +220,7 @@ PROBE = StartupProbe(
                 "(memory profiling, KV-cache specs, layout and configuration, worker initialisation), compared with "
                 "the consumer's hand-built pipeline, each skipped step judged on every platform by the state it writes "
                 "and the tests it runs under (broken where the consumer's path reads it; ok where the engine core "
-                "skips it too or nothing reads it); steps neither decides: new since the written-for build, or "
-                "ok with why (compat.facts.startup.NOT_NEEDED).",
+                "skips it too, nothing reads it, or the path runs the same statements itself); a step neither decides "
+                "is unknown, whether or not it is new since the build the consumer was written for.",
     order=80,
 )

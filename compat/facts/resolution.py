@@ -841,7 +841,7 @@ class _Machine:
         where = loc(module, node) or ""
         for write in self.surface.fact(reach.FACT, callee.path, "").writes:
             for key, obj in self.objects.items():
-                if obj.cls.path == write.config and key in state.heap:
+                if write.kind == reach.CONFIG and obj.cls.path == write.config and key in state.heap:
                     state.heap[key][write.field] = (UNKNOWN, where)
 
     def havoc_all(self, values: list[object], node: ast.AST, module: ModuleInfo, state: _State) -> None:

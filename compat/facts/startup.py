@@ -15,66 +15,6 @@ from compat.vllm.surface import Found, FoundKind
 
 ENGINE_CORE = "vllm.v1.engine.core.EngineCore"
 
-PREFIX_CACHING_OFF = "prefix caching is off"
-NO_KV_CONNECTOR = "no KV connector is configured"
-EAGER = "the model runs eagerly (enforce_eager=True)"
-
-
-@dataclass(frozen=True)
-class NotNeeded:
-    """Why a hand-built pipeline may skip a start-up step: ``reason``, which holds while ``assumes`` (one of
-    ``PREFIX_CACHING_OFF``, ``NO_KV_CONNECTOR``, ``EAGER``, or None: always) holds for the consumer's pipeline."""
-
-    reason: str
-    assumes: str | None = None
-
-    def text(self) -> str:
-        return self.reason + (f" (this assumes {self.assumes})" if self.assumes else "")
-
-
-NOT_NEEDED = {
-    "get_kv_connector_handshake_metadata": NotNeeded("KV connectors exchange handshakes; the pipeline has no KV "
-                                                     "connector", NO_KV_CONNECTOR),
-    "init_kv_output_aggregator": NotNeeded("aggregates KV connector outputs; the pipeline has no KV connector",
-                                           NO_KV_CONNECTOR),
-    "init_ec_output_aggregator": NotNeeded("aggregates encoder-cache connector outputs; the pipeline has none"),
-    "measure_encoder_output_widths": NotNeeded("sizes multimodal encoder outputs; the pipeline feeds token ids only"),
-    "engine_receiver_cache_from_config": NotNeeded("a multimodal input cache; the pipeline feeds token ids only"),
-    "register_failure_callback": NotNeeded("reports a dead worker to the engine core; the pipeline's calls raise "
-                                           "instead"),
-    "compile_or_warm_up_model": NotNeeded("compiles and warms up kernels; the pipeline runs eagerly, and warm-up "
-                                          "changes no value", EAGER),
-    "update_max_model_len": NotNeeded("tells workers a max_model_len the engine core lowered to fit the KV cache; the "
-                                      "pipeline sizes its own cache and truncates prompts to its max_model_len"),
-    "get_kv_cache_capacity": NotNeeded("logs how many tokens the KV cache holds"),
-    "update_kv_cache_capacity": NotNeeded("lowers max_model_len to what the KV cache holds (auto-fit); the pipeline "
-                                          "keeps its own limits"),
-    "get_simple_cpu_offload_num_blocks": NotNeeded("sizes KV offloading to CPU memory, which the pipeline does not "
-                                                   "use", NO_KV_CONNECTOR),
-    "register_all_kvcache_specs": NotNeeded("registers KV cache spec types for the engine core's own decoding; the "
-                                            "pipeline receives specs through collective_rpc"),
-    "is_full_attention_spec": NotNeeded("a test inside the engine core's KV planning, not a step of its own"),
-    "get_global_kv_cache_groups": NotNeeded("the engine core's KV cache planning; the pipeline plans with "
-                                            "get_kv_cache_config_from_groups"),
-    "resolve_kv_cache_block_sizes": NotNeeded("gives the scheduler its block sizes, which the pipeline passes to "
-                                              "Scheduler itself (the calls fixer passes block_size as the engine "
-                                              "core computes it)"),
-    "resolve_cache_hit_alignment_tokens": NotNeeded("aligns prefix-cache hits; the pipeline runs with prefix caching "
-                                                    "off", PREFIX_CACHING_OFF),
-    "determine_available_memory": NotNeeded("profiles memory to size the KV cache; the pipeline sizes its own"),
-    "get_kv_cache_configs": NotNeeded("the engine core's KV cache planning; the pipeline plans with "
-                                      "get_kv_cache_config_from_groups"),
-    "generate_scheduler_kv_cache_config": NotNeeded("the engine core's KV cache planning; the pipeline plans its "
-                                                    "own"),
-    "initialize_cache": NotNeeded("the engine core's name for the KV cache set-up the pipeline does itself"),
-    "init_none_hash": NotNeeded("prefix-cache hashing; the pipeline runs with prefix caching off",
-                                PREFIX_CACHING_OFF),
-    "get_request_block_hasher": NotNeeded("prefix-cache hashing; the pipeline runs with prefix caching off",
-                                          PREFIX_CACHING_OFF),
-}
-"""The start-up steps a hand-built pipeline's correctness does not depend on, each with why: one source for the
-startup probe (``ok`` in the audit) and the startup fixer (accepted). A step whose reason assumes something of
-the consumer's pipeline stays ``changed`` in the audit when its source shows the assumption does not hold."""
 _SKIP_MODULES = ("vllm.utils", "vllm.logger", "vllm.envs", "vllm.tracing", "vllm.usage")
 _MAX_DEPTH = 2
 

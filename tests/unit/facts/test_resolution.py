@@ -140,4 +140,4 @@ def test_the_path_follows_super_the_subclass_and_rpcs_into_the_worker(trees):
         "GpuWorker.initialize_from_config -> GpuWorker.commit")
     writes = [(w.field, w.function, w.value) for w in found.writes]
     assert ("extensible", "vllm.executor.start", "probe()") in writes
-    assert all(w.config == "vllm.config.vllm.CacheConfig" for w in found.writes)
+    assert all(w.config == "vllm.config.vllm.CacheConfig" for w in found.writes if w.kind == reach.CONFIG)

@@ -1,5 +1,7 @@
 """probes/startup.py: the steps the build's engine core performs at start-up against the consumer's hand-built
-pipeline (done too, not needed and why, new since the build it was written for, skipped as before)."""
+pipeline: done too; skipped, judged by the state the step writes (broken where the consumer's path reads it, ok
+where nothing does, where the read is tested first, where the step puts back what a constructor set or compares a
+value with itself that nothing on the path changes); unknown where that cannot be read, new or not."""
 
 from __future__ import annotations
 
@@ -9,11 +11,17 @@ from compat.probes.startup import PROBE
 from compat.findings import Status
 
 EXECUTOR = '''
+    _RESULTS = None
+
+
     class MultiprocExecutor:
         def __init__(self, vllm_config):
             self.vllm_config = vllm_config
+            self.aggregator = None
+            self.pending = []
 
-        def collective_rpc(self, method, args=()):
+        def collective_rpc(self, method, args=(), aggregator=None):
+            {rpc}
             return []
 
         def get_kv_cache_specs(self):
@@ -24,6 +32,23 @@ EXECUTOR = '''
 
         def register_failure_callback(self, callback):
             pass
+
+        def init_kv_output_aggregator(self, connector):
+            self.aggregator = connector
+
+        def clear_pending(self):
+            self.pending = []
+
+        def keep_results(self, results):
+            global _RESULTS
+            _RESULTS = results
+
+        def execute_model(self, scheduler_output):
+            self.pending.append(scheduler_output)
+            return self.collective_rpc("execute_model", aggregator=self.aggregator)
+
+        def sample_tokens(self, grammar_output):
+            return _RESULTS
 '''
 
 CORE = '''
@@ -33,6 +58,7 @@ CORE = '''
     class EngineCore:
         def __init__(self, vllm_config, executor_class):
             self.log_stats = False
+            self.connector = None
             self.model_executor = executor_class(vllm_config)
             self._initialize_kv_caches(vllm_config)
             {steps}
@@ -45,8 +71,11 @@ CORE = '''
 STEPS = {
     "init_device": 'self.model_executor.collective_rpc("init_device")',
     "compile_or_warm_up_model": 'self.model_executor.collective_rpc("compile_or_warm_up_model")',
-    "init_kv_output_aggregator": 'self.model_executor.collective_rpc("init_kv_output_aggregator")',
-    "init_none_hash": "init_none_hash(hash)",
+    "init_kv_output_aggregator": "self.model_executor.init_kv_output_aggregator(self.connector)",
+    "clear_pending": "self.model_executor.clear_pending()",
+    "keep_results": "self.model_executor.keep_results([])",
+    "update_max_model_len": "if vllm_config.model_config.max_model_len != vllm_config.model_config.max_model_len:\n"
+                            "                self.model_executor.collective_rpc('update_max_model_len')",
     "register_failure_callback": "self.model_executor.register_failure_callback(print)",
 }
 
@@ -57,24 +86,26 @@ CONFIG = '''
 
 
     class ModelConfig:
-        def __init__(self, model, enforce_eager=False):
+        def __init__(self, model, enforce_eager=False, max_model_len=512):
             self.enforce_eager = enforce_eager
+            self.max_model_len = max_model_len
 
 
     class VllmConfig:
-        def __init__(self, model_config=None, cache_config=None, kv_transfer_config=None):
+        def __init__(self, model_config: ModelConfig = None, cache_config: CacheConfig = None,
+                     kv_transfer_config=None):
             self.model_config = model_config
 '''
 
 
-def build(*steps: str, core: bool = True) -> dict[str, str]:
+def build(*steps: str, core: bool = True, rpc: str = "pass") -> dict[str, str]:
     files = {
         "vllm/config/__init__.py": CONFIG,
         "vllm/v1/__init__.py": "",
         "vllm/v1/core/__init__.py": "",
         "vllm/v1/core/kv_cache_utils.py": "def init_none_hash(hash_fn):\n    pass\n",
         "vllm/v1/executor/__init__.py": "",
-        "vllm/v1/executor/multiproc_executor.py": EXECUTOR,
+        "vllm/v1/executor/multiproc_executor.py": EXECUTOR.replace("{rpc}", rpc),
         "vllm/v1/engine/__init__.py": "",
     }
     if core:
@@ -106,38 +137,41 @@ BEFORE = build("init_device")  # the build written for: only init_device after t
 
 
 # (consumer, build written for (None: not known), the start-up step, expected status, words the message holds)
+STEPPED = pipeline(more="executor.execute_model(None)")
+TESTED = build(*ALL, rpc="if aggregator is not None:\n                aggregator.add(method)")
 CASES = [
     pytest.param(pipeline(), None, "get_kv_cache_specs", Status.OK, ["executor get_kv_cache_specs is done by the "
                                                                      "consumer too"], id="done-too"),
     pytest.param(pipeline(more='executor.collective_rpc("init_device")'), None, "init_device", Status.OK,
                  ["rpc init_device is done by the consumer too"], id="rpc-done-too"),
     pytest.param(pipeline(), None, "init_device", Status.UNKNOWN,
-                 ["the engine core performs rpc init_device at start-up", "the consumer's pipeline does not"],
+                 ["the engine core performs rpc init_device at start-up", "what the step writes cannot be read"],
                  id="skipped-nothing-known"),
-    pytest.param(pipeline(), BEFORE, "init_device", Status.OK, ["skips the start-up step rpc init_device, as it "
-                                                                "did with vLLM 0.0.0"], id="skipped-as-before"),
+    pytest.param(pipeline(), BEFORE, "init_device", Status.UNKNOWN,
+                 ["skipped with vLLM 0.0.0 as well", "cannot be read"], id="skipped-as-before-is-no-verdict"),
+    pytest.param(pipeline(), BEFORE, "compile_or_warm_up_model", Status.UNKNOWN,
+                 ["new since vLLM 0.0.0", "cannot be read"], id="new-is-no-verdict"),
     pytest.param(pipeline(), None, "register_failure_callback", Status.OK,
-                 ["correctness does not depend on", "reports a dead worker"], id="not-needed-always"),
-    pytest.param(pipeline(model=", enforce_eager=True"), BEFORE, "compile_or_warm_up_model", Status.OK,
-                 ["does not depend on", "the consumer's ModelConfig(enforce_eager=True)"], id="not-needed-eager"),
-    pytest.param(pipeline(model=", enforce_eager=False"), BEFORE, "compile_or_warm_up_model", Status.CHANGED,
-                 ["now performs rpc compile_or_warm_up_model", "new since vLLM 0.0.0", "could be skipped if the "
-                  "model runs eagerly", "ModelConfig(enforce_eager=False)"], id="new-and-needed-not-eager"),
-    pytest.param(pipeline(model=", enforce_eager=False"), None, "compile_or_warm_up_model", Status.UNKNOWN,
-                 ["performs rpc compile_or_warm_up_model"], id="needed-not-eager-nothing-known"),
-    pytest.param(pipeline(), BEFORE, "compile_or_warm_up_model", Status.OK,
-                 ["this assumes the model runs eagerly"], id="not-needed-unread-assumption"),
-    pytest.param(pipeline(), BEFORE, "init_kv_output_aggregator", Status.OK,
-                 ["no KV connector is configured: the consumer's VllmConfig(...) passes no kv_transfer_config"],
-                 id="no-kv-connector"),
-    pytest.param(pipeline(kv=", kv_transfer_config=KVTransferConfig()"), BEFORE, "init_kv_output_aggregator",
-                 Status.OK, ["this assumes no KV connector is configured"], id="kv-connector-opaque"),
-    pytest.param(pipeline(cache="enable_prefix_caching=True"), BEFORE, "init_none_hash", Status.CHANGED,
-                 ["now performs function init_none_hash", "the consumer's CacheConfig(enable_prefix_caching=True)"],
-                 id="prefix-caching-on"),
-    pytest.param(pipeline(cache="enable_prefix_caching=False"), BEFORE, "init_none_hash", Status.OK,
-                 ["prefix caching is off: the consumer's CacheConfig(enable_prefix_caching=False)"],
-                 id="prefix-caching-off"),
+                 ["it writes no state the consumer's objects hold"], id="writes-nothing"),
+    pytest.param(pipeline(), None, "init_kv_output_aggregator", Status.OK,
+                 ["nothing on the consumer's path reads what it writes (MultiprocExecutor.aggregator of the "
+                  "object it runs on)"], id="written-not-read"),
+    pytest.param(STEPPED, None, "init_kv_output_aggregator", Status.BROKEN,
+                 ["it writes MultiprocExecutor.aggregator of the object it runs on",
+                  "which the consumer's path reads at MultiprocExecutor.execute_model"], id="written-and-read"),
+    pytest.param(STEPPED, None, "clear_pending", Status.OK,
+                 ["it writes no state the consumer's objects hold"], id="puts-back-what-the-constructor-set"),
+    pytest.param(STEPPED, None, "keep_results", Status.OK,
+                 ["nothing on the consumer's path reads what it writes (the module global "
+                  "multiproc_executor._RESULTS)"], id="module-global-not-read"),
+    pytest.param(pipeline(more="executor.sample_tokens(None)"), None, "keep_results", Status.BROKEN,
+                 ["it writes the module global multiproc_executor._RESULTS",
+                  "which the consumer's path reads at MultiprocExecutor.sample_tokens"], id="module-global-read"),
+    pytest.param(pipeline(), None, "update_max_model_len", Status.OK,
+                 ["runs it only when ModelConfig.max_model_len changed between two of its own reads",
+                  "nothing on the consumer's path assigns it"], id="compares-a-value-with-itself"),
+    pytest.param(pipeline(more="config.model_config.max_model_len = 256"), None, "update_max_model_len",
+                 Status.UNKNOWN, ["cannot be read"], id="compares-a-value-the-consumer-assigns"),
 ]
 
 
@@ -148,6 +182,15 @@ def test_a_start_up_step_against_the_consumer_s_pipeline(trees, source, written_
     assert [f.status for f in judged] == [status], [(f.touchpoint, f.message) for f in findings]
     for word in says:
         assert word in judged[0].message, judged[0].message
+
+
+def test_a_read_the_callee_tests_first_is_no_dependence(trees):
+    """The executor passes the attribute straight on to collective_rpc, which tests it before using it: the
+    pipeline runs without the step (TESTED); untested, the same read is broken (the written-and-read case)."""
+    findings = trees.findings(PROBE, STEPPED, TESTED)
+    [judged] = [f for f in findings if f.touchpoint == "startup:init_kv_output_aggregator"]
+    assert judged.status is Status.OK, judged.message
+    assert "but to test whether it is set, running without it" in judged.message
 
 
 def test_a_new_step_s_evidence_says_it_was_none_before(trees):
