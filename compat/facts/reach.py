@@ -266,9 +266,9 @@ def read(surface: StaticSurface, entries: str, workers: str = "") -> Reach:
         code = _code(found)
         if code is None:
             continue
-        writes += _writes(surface, code, configs, instance)
-        reads += _forwarded(surface, code, _reads(surface, code, configs, instance), configs, worker_classes,
-                            instance)
+        wrote, read_here = _state(surface, code, configs, instance)
+        writes += wrote
+        reads += read_here
         if depth >= _MAX_DEPTH:
             continue
         params = code.node.args.posonlyargs + code.node.args.args
@@ -286,6 +286,22 @@ def read(surface: StaticSurface, entries: str, workers: str = "") -> Reach:
                 reached[target.path] = Reached(target.path, found.path, loc(code.module, call) or "")
                 queue.append((target, depth + 1, instance if on_self else None))
     return Reach(tuple(reached.values()), tuple(writes), tuple(reads))
+
+
+_STATE: weakref.WeakKeyDictionary[StaticSurface, dict[tuple[str, str], tuple[list[Write], list[FieldRead]]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _state(surface: StaticSurface, code: Code, configs: dict[str, str],
+           instance: Found | None) -> tuple[list[Write], list[FieldRead]]:
+    """What one def writes and reads, kept per build for the def and the class of ``self`` there: every reach
+    (a step's, a platform's path) walks many of the same defs."""
+    memo = _STATE.setdefault(surface, {})
+    key = (code.found.path, instance.path if instance is not None else "")
+    if key not in memo:
+        reads = _forwarded(surface, code, _reads(surface, code, configs, instance), configs, (), instance)
+        memo[key] = (_writes(surface, code, configs, instance), reads)
+    return memo[key]
 
 
 def _forwarded(surface: StaticSurface, code: Code, reads: list[FieldRead], configs: dict[str, str],
