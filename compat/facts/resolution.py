@@ -360,7 +360,10 @@ class _Machine:
             return fields[name][0]
         if _HAVOC in fields and not isinstance(self._default(obj, name), (Ref, Obj)):
             return UNKNOWN
-        return self._default(obj, name)
+        value = self._default(obj, name)
+        if isinstance(value, Obj):  # a sub-config made from its declaration is one object from now on: what is set
+            fields[name] = (value, "")  # on it through one read (``getattr(self, "kernel_config")``) stays set
+        return value
 
     def havoc_object(self, obj: Obj, where: str, state: _State) -> None:
         """Code this run cannot follow received ``obj``: none of its fields is known after it (its sub-configs
@@ -370,6 +373,19 @@ class _Machine:
             if not isinstance(value, (Obj, Ref)):
                 fields[name] = (UNKNOWN, where)
         fields[_HAVOC] = (True, where)
+
+    def escape(self, obj: Obj, where: str, state: _State, seen: set[int] | None = None) -> None:
+        """A reference this run does not track may now reach ``obj``'s sub-objects: none of their fields is known."""
+        seen = set() if seen is None else seen
+        for name in self.configs:  # the sub-configs not read yet are made now, so that they are havocked too
+            if name != "vllm_config" and isinstance(self.surface.member(obj.cls, name), Found) and \
+                    isinstance(self._default(obj, name), Obj):
+                self.get(obj, name, state)
+        for value, _ in list(state.heap.get(id(obj), {}).values()):
+            if isinstance(value, Obj) and id(value) not in seen:
+                seen.add(id(value))
+                self.havoc_object(value, where, state)
+                self.escape(value, where, state, seen)
 
     def set(self, obj: Obj, name: str, value: object, where: str, state: _State) -> None:
         state.heap.setdefault(id(obj), {})[name] = (value, where)
@@ -668,11 +684,23 @@ class _Machine:
             return found if found is UNKNOWN or isinstance(op, ast.In) else not found
         if a is UNKNOWN or b is UNKNOWN or isinstance(a, (Obj, Ref)) or isinstance(b, (Obj, Ref)):
             return UNKNOWN
+        if isinstance(a, Member) and isinstance(b, Member) and not isinstance(op, (ast.Eq, ast.NotEq)):
+            # ``level > OptimizationLevel.O0``: ordered by value where the class is an IntEnum (a plain Enum raises)
+            if a.cls != b.cls or not self._int_enum(a.cls) or not isinstance(a.value, int) or \
+                    not isinstance(b.value, int):
+                return UNKNOWN
+            a, b = a.value, b.value
         compare = _COMPARE.get(type(op))
         try:
             return bool(compare(a, b)) if compare is not None else UNKNOWN
         except TypeError:
             return UNKNOWN
+
+    def _int_enum(self, path: str) -> bool:
+        found = self.surface.lookup(path)
+        model = self.surface.class_model(found) if isinstance(found, Found) else None
+        return model is not None and any(ast.unparse(b).rsplit(".", 1)[-1] in ("IntEnum", "IntFlag")
+                                         for b in model.node.bases)
 
     def attribute(self, base: object, name: str, state: _State) -> object:
         if isinstance(base, Obj):
@@ -748,7 +776,7 @@ class _Machine:
         if isinstance(callee, Closure):
             return self.run_closure(callee, args, kwargs, state, depth)
         if isinstance(func, ast.Name) and func.id in _BUILTINS and func.id not in state.local:
-            return self.builtin(func.id, args, state)
+            return self.builtin(func.id, args, state, loc(module, node) or "")
         if isinstance(func, ast.Name) and func.id == "setattr" and len(args) == 3 and isinstance(args[0], Obj):
             where = loc(module, node) or ""
             if isinstance(args[1], str):
@@ -809,9 +837,14 @@ class _Machine:
         state.heap = out[0].heap
         return out[1]
 
-    def builtin(self, name: str, args: list[object], state: _State) -> object:
+    def builtin(self, name: str, args: list[object], state: _State, where: str = "") -> object:
         """The builtins the configs' construction tests with, on what is known."""
         first = args[0] if args else UNKNOWN
+        if name == "getattr" and isinstance(first, Obj) and len(args) > 1 and not isinstance(args[1], str):
+            # ``getattr(config, key)`` with a key not known here hands out any of its fields, sub-configs too,
+            # to code this run then cannot follow (``apply_recursive`` setting defaults on them by name).
+            self.escape(first, where, state)
+            return UNKNOWN
         if name == "callable":
             return isinstance(first, (Closure, Ref)) or (UNKNOWN if first is UNKNOWN else False)
         if name == "is_dataclass":
@@ -913,6 +946,9 @@ def field_value(surface: StaticSurface, resolved: Resolved, config: str, name: s
     got = resolved.get(config, name)
     if got is not None:
         return value_of(got.value), got.at
+    changed = resolved.get(config, _HAVOC)
+    if changed is not None:  # code this reading could not follow received the object: not its declaration now
+        return UNKNOWN, changed.at
     short = config.rsplit(".", 1)[-1]
     if name in passed.get(short, {}):
         return passed[short][name], "passed by the consumer"

@@ -141,3 +141,44 @@ def test_the_path_follows_super_the_subclass_and_rpcs_into_the_worker(trees):
     writes = [(w.field, w.function, w.value) for w in found.writes]
     assert ("extensible", "vllm.executor.start", "probe()") in writes
     assert all(w.config == "vllm.config.vllm.CacheConfig" for w in found.writes if w.kind == reach.CONFIG)
+
+
+LEVELS = (
+    "import enum\nfrom dataclasses import dataclass, field\n\n\n"
+    "class Level(enum.IntEnum):\n    O0 = 0\n    O2 = 2\n\n\n"
+    "@dataclass\nclass KernelConfig:\n    autotune: bool | None = None\n\n\n"
+    "@dataclass\nclass CacheConfig:\n    block_size: int = 16\n    offloading: int | None = None\n\n\n"
+    "@dataclass\nclass ModelConfig:\n    eager: bool = False\n\n\n"
+    "DEFAULTS = {Level.O0: {'kernel_config': {'autotune': False}}, Level.O2: {'kernel_config': {'autotune': True}}}\n"
+    "\n\n@dataclass\nclass VllmConfig:\n    model_config: ModelConfig = field(default_factory=ModelConfig)\n"
+    "    cache_config: CacheConfig = field(default_factory=CacheConfig)\n"
+    "    kernel_config: KernelConfig = field(default_factory=KernelConfig)\n    level: Level = Level.O2\n\n"
+    "    def __post_init__(self):\n"
+    "        if self.level > Level.O0 and self.model_config.eager:\n            self.level = Level.O0\n"
+    "        self._apply(DEFAULTS[{key}])\n"
+    "        if self.kernel_config.autotune is None:\n            raise ValueError('autotune must be set')\n\n"
+    "    def _apply(self, defaults):\n"
+    "        def apply(obj, table):\n"
+    "            for key, value in table.items():\n"
+    "                current = getattr(obj, key)\n"
+    "                if isinstance(value, dict):\n                    apply(current, value)\n"
+    "                elif getattr(obj, key) is None:\n                    setattr(obj, key, value)\n"
+    "        apply(self, defaults)\n")
+
+
+@pytest.mark.parametrize(("key", "passed", "autotune", "offloading"), [
+    ("self.level", "", True, None),
+    ("self.level", "ModelConfig.eager=True", False, None),  # an IntEnum compared by value: level becomes O0
+    # A table not known here: getattr(self, key) hands any sub-config to code that sets fields by name.
+    ("unknown_table()", "", resolution.UNKNOWN, resolution.UNKNOWN),
+])
+def test_defaults_set_by_name_on_a_sub_config_stay_set(trees, key, passed, autotune, offloading):
+    """vLLM 0.16.0's ``_apply_optimization_level_defaults``: a sub-config read with ``getattr(self, key)`` is the
+    one object later reads see (every path raised before: the value set on it was lost), and a key not known
+    here leaves every sub-config's fields unknown rather than their declared defaults."""
+    surface = _build(trees, LEVELS.replace("{key}", key))
+    resolved = resolution.read(surface, "CUDA", passed)
+    assert not resolved.error, resolved.error
+    given = resolution.parse_passed(passed)
+    assert resolution.field_value(surface, resolved, "vllm.config.KernelConfig", "autotune", given)[0] is autotune
+    assert resolution.field_value(surface, resolved, "vllm.config.CacheConfig", "offloading", given)[0] is offloading
