@@ -15,6 +15,7 @@ import pytest
 from compat import sources
 from compat.audit.pipeline import AuditOptions
 from compat.consumer.scan import scan_tree
+from compat.findings import Status
 from compat.matrix import bisect as bisection
 from compat.matrix.cli import main as matrix_main
 from compat.matrix.render import render
@@ -288,3 +289,19 @@ def test_failing_lines_are_one_per_row_with_runs_of_builds():
                      "call vllm.g (a.py:2) is broken in 1.1-1.2 (2 builds): gone"]
     changed_too = Matrix("c", "1", columns, rows[1:2], fail_on=FailOn.CHANGED).failing()
     assert changed_too == ["call vllm.g (a.py:2) is changed in 1.0; broken in 1.1-1.2 (2 builds): gone"]
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_the_new_switches_of_0_34_are_matrix_rows_with_each_platform_s_value(speculators):
+    """The matrix judges defaults as the audit does: vLLM 0.34.0's CacheConfig.enable_extensible_kv_cache and
+    ParallelConfig.numa_bind are rows, changed at 0.34.0 and ok (absent) at 0.33.0, with each platform's value."""
+    grid = run(speculators, Request(["0.33.0", "0.34.0"]), AuditOptions(confirm="never"), show_progress=False)
+    rows = {r.touchpoint: r for r in grid.rows if r.probe == "defaults"}
+    for name, cuda in (("vllm.config.CacheConfig.enable_extensible_kv_cache", "True"),
+                       ("vllm.config.ParallelConfig.numa_bind", "None")):
+        row = next(r for t, r in rows.items() if t.endswith(name))
+        cell = row.cells["0.34.0"]
+        assert cell.status is Status.CHANGED, cell.message
+        assert cell.evidence["platform_cuda"].startswith(cuda), cell.evidence
+        assert row.first_bad(grid.columns, FailOn.CHANGED)[0] == "0.34.0"
