@@ -273,6 +273,23 @@ class ProbeContext:
                 return found
         return None
 
+    def vllm_calls(self, tp: TouchPoint) -> str | None:
+        """The vLLM method that the consumer method holding ``tp`` overrides (``MyWorker.execute_model`` over
+        ``Worker.execute_model``): vLLM's own code calls it there, so what drives it (the engine loop) is vLLM's.
+        None outside such an override."""
+        if not tp.context or "." not in tp.context:
+            return None
+        cls_name, _, method = tp.context.rpartition(".")
+        cls = self.consumer_class(cls_name)
+        if cls is None:
+            return None
+        for base in cls.bases:
+            owner = self.lookup(base)
+            member = self.member(owner, method) if isinstance(owner, Found) else None
+            if isinstance(member, Found):
+                return member.path
+        return None
+
     @cached_property
     def _own_subclasses(self) -> dict[str, ClassPatch]:
         """The consumer's subclasses of vLLM classes, by qualname."""

@@ -30,6 +30,8 @@ def consumer_path(ref: Ref | None) -> list[str] | None:
 def _signature(patch: ModelPatch) -> Signature:
     params = [Parameter(name, ParamKind.POSITIONAL_OR_KEYWORD, i >= len(patch.parameters) - patch.defaults)
               for i, name in enumerate(patch.parameters)]
+    if patch.accepts_var_args:
+        params.append(Parameter("args", ParamKind.VAR_POSITIONAL))
     if patch.accepts_var_kwargs:
         params.append(Parameter("kwargs", ParamKind.VAR_KEYWORD))
     return Signature(tuple(params))
@@ -38,6 +40,15 @@ def _signature(patch: ModelPatch) -> Signature:
 class ModelConventionProbe(Probe):
     def run(self, ctx: ProbeContext) -> Iterable[Finding]:
         for patch in ctx.scan.model_patches:
+            if consumer_path(patch.target) is None:
+                # Not traced to vLLM's model (a parameter, a Hugging Face model, an engine's attribute): nothing
+                # in the build decides what this forward replaces, so it is not judged against its architectures.
+                yield self._finding(patch, "*", "path", Status.UNKNOWN,
+                                    f"cannot tell which object the consumer patches: `{patch.code}` replaces the "
+                                    f"forward of an object the scan does not trace to vLLM's model (the worker's "
+                                    f"{'.'.join(MODEL_ROOT)}), so it is judged against none of this build's "
+                                    "architectures", None)
+                continue
             for arch in ctx.architectures:
                 facts = ctx.fact(architectures.FACT, arch)
                 yield from self.judge(ctx, patch, arch, facts)
@@ -66,12 +77,9 @@ class ModelConventionProbe(Probe):
         yield from self._capture(ctx, patch, arch, facts)
 
     def _path(self, patch: ModelPatch, arch: str, facts: architectures.ModelFacts) -> Finding:
-        mine, theirs = consumer_path(patch.target), list(facts.path or ())
+        mine, theirs = consumer_path(patch.target) or [], list(facts.path or ())  # run() judges only traced ones
         build_path = ".".join(["model", *theirs])
         evidence = Evidence(audited=f"{facts.cls} -> {build_path} ({facts.base})")
-        if mine is None:
-            return self._finding(patch, arch, "path", Status.UNKNOWN, f"cannot tell which object the consumer patches; "
-                                 f"for {arch} the decoder stack is {build_path}", facts.base_at, evidence=evidence)
         consumer = ".".join(["model", *mine])
         if mine == theirs:
             return self._finding(patch, arch, "path", Status.OK,

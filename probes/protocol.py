@@ -16,6 +16,13 @@ class ProtocolProbe(Probe):
 
     def check(self, ctx: ProbeContext, tp: TouchPoint) -> Finding | None:
         assert tp.receiver is not None  # applies() asks for one
+        overridden = ctx.vllm_calls(tp)
+        if overridden is not None:
+            # The call passes a step on inside an override vLLM calls: vLLM's engine runs the steps and calls
+            # sample_tokens itself; the inbound contract judges the override.
+            return self.finding(tp, Status.OK, f"execute_model() is called inside {tp.context}, which overrides "
+                                f"{overridden}: vLLM's own engine calls it and drives the steps (sample_tokens "
+                                "included), so the consumer runs no step loop of its own here")
         owner = ctx.class_of(tp.receiver)
         member = ctx.surface.member(owner, "execute_model") if isinstance(owner, Found) else owner
         if not isinstance(owner, Found) or not isinstance(member, Found):

@@ -25,7 +25,7 @@ from compat.policy import DEFAULT, FailOn
 from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, ConsumerDefined, Probe, ProbeContext
 from compat.syntax import collector_paused
 from compat.vllm.builds import OpenedBuild, open_build
-from compat.vllm.surface import Found, Lookup, Missing, Surface
+from compat.vllm.surface import Found, FoundKind, Lookup, Missing, Surface
 
 DEFAULT_CONSUMER = "speculators==0.3.0"
 
@@ -179,7 +179,15 @@ def _guard_state(ctx: ProbeContext, tp: TouchPoint) -> tuple[bool | None, str]:
     def lookup(expr: GuardExpr) -> bool | None:
         if isinstance(expr, HasAttr):
             owner = ctx.lookup(expr.symbol)
-            return known(ctx.surface.member(owner, expr.name)) if isinstance(owner, Found) else known(owner)
+            member = ctx.surface.member(owner, expr.name) if isinstance(owner, Found) else owner
+            present = known(member)
+            if present is False and expr.instance:
+                return None  # an instance may be given it at run time
+            if present is True and expr.not_none and not (isinstance(member, Found) and member.kind in (
+                    FoundKind.FUNCTION, FoundKind.CLASS, FoundKind.METHOD, FoundKind.CLASSMETHOD,
+                    FoundKind.STATICMETHOD, FoundKind.MODULE)):
+                return None  # present, but may hold None
+            return present
         if isinstance(expr, Imports):
             results = [known(ctx.lookup(s)) for s in expr.symbols]
             if all(r is True for r in results):

@@ -19,18 +19,21 @@ from compat.consumer.guards import (
     Const,
     GuardExpr,
     HasAttr,
+    Imports,
     Not,
     Opaque,
     Unevaluated,
     VersionCmp,
     VersionForm,
 )
-from compat.consumer.values import Lit, Local, Sym, Value, VersionValue
+from compat.consumer.result import RefKind
+from compat.consumer.values import Lit, Local, Obj, SelfOf, Sym, Value, VersionValue
 from compat.consumer.version_helpers import (
     Distributions,
     Function,
     HelperRun,
     Installed,
+    Spec,
     TargetModule,
     Tup,
     Unknown,
@@ -166,7 +169,11 @@ class ConditionReader:
         left = self.value(node.left, env, depth)
         for op, right_node in zip(node.ops, node.comparators):
             right = self.value(right_node, env, depth)
-            if isinstance(op, (ast.Is, ast.IsNot)) and right == Lit(None) and _is_known(left):
+            if isinstance(op, (ast.Is, ast.IsNot)) and right == Lit(None) and isinstance(left, (Spec, HasAttr)):
+                # ``find_spec("vllm.x") is not None``, ``getattr(vllm_obj, "a", None) is None``
+                present = Imports((left.module,)) if isinstance(left, Spec) else left
+                parts.append(present if isinstance(op, ast.IsNot) else Not(present))
+            elif isinstance(op, (ast.Is, ast.IsNot)) and right == Lit(None) and _is_known(left):
                 parts.append(Const((left == Lit(None)) == isinstance(op, ast.Is)))
             else:
                 parts.append(self._pair(left, _OPS.get(type(op)), right, node))
@@ -210,8 +217,14 @@ class ConditionReader:
             distribution = self.value(args[0], env, depth)
             if isinstance(distribution, Lit) and str(distribution.value).lower().replace("_", "-") == self.target:
                 return VersionValue(VersionForm.STRING)
-        if name == "find_spec" and len(args) == 1 and self.value(args[0], env, depth) == Lit(self.target):
-            return Installed()
+        if name == "find_spec" and len(args) == 1:
+            module = self.value(args[0], env, depth)
+            if module == Lit(self.target):
+                return Installed()
+            if isinstance(module, Lit) and isinstance(module.value, str) and \
+                    module.value.startswith(self.target + "."):
+                return Spec(module.value)
+            return None
         if name == "packages_distributions" and not args:
             return Distributions()
         if name in _STRING_METHODS and isinstance(func, ast.Attribute):
@@ -228,11 +241,23 @@ class ConditionReader:
             if isinstance(base, VersionValue) and base.form == VersionForm.STRING and isinstance(prefix, Lit):
                 return VersionCmp("==", str(prefix.value), VersionForm.PREFIX)
             return None
-        if name == "hasattr" and isinstance(func, ast.Name) and len(args) == 2:
+        if name in ("hasattr", "getattr") and isinstance(func, ast.Name) and len(args) in (2, 3) and \
+                (name == "getattr") == (len(args) == 3):
             owner = self.resolve(args[0])
             attr = self.value(args[1], env, depth)
-            if isinstance(owner, Sym) and isinstance(attr, Lit) and isinstance(attr.value, str):
-                return HasAttr(owner.path, attr.value)
+            if not (isinstance(attr, Lit) and isinstance(attr.value, str)):
+                return None
+            if name == "getattr" and self.value(args[2], env, depth) != Lit(None):
+                return None
+            not_none = name == "getattr"  # only ``getattr(x, "a", None)``, tested against None below
+            if isinstance(owner, Sym):
+                return HasAttr(owner.path, attr.value, not_none=not_none)
+            if isinstance(owner, SelfOf) and f"{owner.qualname}.{attr.value}" in self.index.functions:
+                return Const(True)  # the consumer class defines the method itself
+            if isinstance(owner, SelfOf) and owner.base:
+                return HasAttr(owner.base, attr.value, instance=True, not_none=not_none)
+            if isinstance(owner, Obj) and owner.ref.kind == RefKind.SELF and owner.ref.symbol:
+                return HasAttr(owner.ref.symbol, attr.value, instance=True, not_none=not_none)
             return None
         return self._inline_helper(node, env, depth)
 

@@ -50,8 +50,15 @@ class VersionCmp(GuardExpr):
 
 @dataclass(frozen=True)
 class HasAttr(GuardExpr):
+    """``hasattr(<vLLM object>, name)``. ``instance``: asked of an instance (``hasattr(self, "x")`` in a subclass
+    of the vLLM class ``symbol``), which code at run time may give the attribute, so only its presence in the
+    build decides (absent: not known). ``not_none``: ``getattr(obj, name, None) is not None``, which a present
+    attribute holding None would make false (only a def, a class or a module is surely not None)."""
+
     symbol: str
     name: str
+    instance: bool = False
+    not_none: bool = False
 
 
 @dataclass(frozen=True)

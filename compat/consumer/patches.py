@@ -47,7 +47,8 @@ def model_patch(index: ConsumerIndex, replacement: ForwardReplacement) -> ModelP
     uses.sort(key=lambda u: (u.location.line, u.name))
     return ModelPatch(replacement.function, replacement.location, replacement.target, Location(relpath, node.lineno),
                       tuple(params[1:]), node.args.kwarg is not None, len(node.args.defaults), tuple(uses),
-                      tuple(layer_calls), replacement.code, _captures(node, layer_names, relpath))
+                      tuple(layer_calls), replacement.code, _captures(node, layer_names, relpath),
+                      node.args.vararg is not None)
 
 
 SAME_VALUES = frozenset({"clone", "detach", "contiguous", "float", "to", "cpu"})

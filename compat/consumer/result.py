@@ -284,6 +284,8 @@ class ModelPatch:
     code: str = ""
     captures: tuple[Captured, ...] = ()
     """What it keeps of each layer, inside its loop over the layers."""
+    accepts_var_args: bool = False
+    """``*args``: it takes any number of positional arguments."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from compat.consumer.guards import All, Any_, Const, GuardExpr, Not, Opaque, VersionForm, evaluate, simplify
+from compat.consumer.guards import All, Any_, Const, GuardExpr, Imports, Not, Opaque, VersionForm, evaluate, simplify
 from compat.consumer.values import Lit, VersionValue
 from compat.syntax import FunctionNode, absolute_module
 
@@ -44,6 +44,13 @@ class Tup:
 @dataclass(frozen=True)
 class Installed:
     """``importlib.util.find_spec(target)``: a module spec, since the audited build is installed."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """``importlib.util.find_spec("vllm.x.y")``: a module spec where the build has that module, else None."""
+
+    module: str
 
 
 @dataclass(frozen=True)
@@ -117,6 +124,8 @@ def truth(value: Any, text: str) -> GuardExpr:
     """A value used as a condition."""
     if isinstance(value, GuardExpr):
         return fold(value)
+    if isinstance(value, Spec):
+        return Imports((value.module,))
     if isinstance(value, Lit):
         return Const(bool(value.value))
     if isinstance(value, (Installed, Tup, Distributions, TargetModule, Function)):

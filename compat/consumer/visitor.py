@@ -371,6 +371,11 @@ class ModuleVisitor(ast.NodeVisitor):
                     found += [f"{module}.{a.name}" for a in stmt.names if a.name != "*"]
             elif isinstance(stmt, ast.Import):
                 found += [a.name for a in stmt.names if self.is_target(a.name)]
+            elif isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) and \
+                    called_name(stmt.value) == "import_module" and len(stmt.value.args) == 1 and \
+                    isinstance(stmt.value.args[0], ast.Constant) and isinstance(stmt.value.args[0].value, str) \
+                    and self.is_target(stmt.value.args[0].value):
+                found.append(stmt.value.args[0].value)  # ``importlib.import_module("vllm.x")``
         return tuple(found)
 
     def visit_TryStar(self, node: ast.TryStar) -> None:

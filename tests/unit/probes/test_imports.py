@@ -50,3 +50,64 @@ def test_the_build_written_for_goes_into_the_evidence(trees):
     assert finding.status is Status.BROKEN
     assert finding.fix == "from vllm.moved.place import Scheduler"
     assert "vllm/engine.py" in finding.evidence.written_for and finding.evidence.written_for_build == "0.0.0"
+
+
+
+GUARDED = '''
+import importlib.util
+
+from vllm.engine import Engine
+
+if importlib.util.find_spec("{module}") is {test} None:
+    from vllm.moved.place import Scheduler
+else:
+    from vllm.engine import Scheduler
+
+
+class MyEngine(Engine):
+    def start(self):
+        if {has}:
+            return None
+        else:
+            from vllm.engine import Gone
+            return Gone
+'''
+READY = {**BUILD, "vllm/engine.py": "class Engine:\n    def ready(self):\n        return True\n"}
+
+
+@pytest.mark.parametrize(("module", "test", "runs", "skipped"), [
+    pytest.param("vllm.moved.place", "not", "vllm.moved.place.Scheduler", "vllm.engine.Scheduler", id="present"),
+    pytest.param("vllm.moved.place", "", "vllm.engine.Scheduler", "vllm.moved.place.Scheduler", id="is-none"),
+    pytest.param("vllm.gone", "not", "vllm.engine.Scheduler", "vllm.moved.place.Scheduler", id="absent"),
+])
+def test_find_spec_of_a_vllm_module_is_decided_by_the_build(trees, module, test, runs, skipped):
+    """``importlib.util.find_spec("vllm.x") is not None``: the branch the build takes is judged, the other is not
+    run with it (its import was broken before: the ``else`` was judged as if it ran)."""
+    source = GUARDED.format(module=module, test=test, has="True").replace("is  None", "is None")
+    findings = {f.symbol: f for f in trees.findings(PROBE, source, READY)}
+    assert findings[skipped].status is Status.OK and "not run with this build" in findings[skipped].message, \
+        findings[skipped].message
+    assert "not run" not in findings[runs].message
+
+
+@pytest.mark.parametrize(("has", "status", "says"), [
+    # The subclass inherits Engine.ready: the branch that uses it runs, the fallback import does not.
+    pytest.param('hasattr(self, "ready")', Status.OK, "not run with this build", id="hasattr-self-inherited"),
+    pytest.param('getattr(self, "ready", None) is not None', Status.OK, "not run with this build",
+                 id="getattr-none-self-inherited"),
+    pytest.param('getattr(self, "ready", None) is None', Status.BROKEN, "does not exist",
+                 id="getattr-none-self-inherited-negated"),
+    # An attribute the build's class lacks may still be given to the instance at run time: not decided.
+    pytest.param('hasattr(self, "later")', Status.UNKNOWN, "cannot be evaluated", id="hasattr-self-not-in-the-build"),
+])
+def test_hasattr_on_self_is_decided_by_the_build_s_base_class(trees, has, status, says):
+    source = GUARDED.format(module="vllm.moved.place", test="not", has=has)
+    findings = [f for f in trees.findings(PROBE, source, READY) if f.symbol == "vllm.engine.Gone"]
+    assert [f.status for f in findings] == [status] and says in findings[0].message, [f.message for f in findings]
+
+
+def test_import_module_in_a_try_guards_its_fallback(trees):
+    source = ("import importlib\n\ntry:\n    place = importlib.import_module('vllm.moved.place')\n"
+              "except ImportError:\n    from vllm.engine import Scheduler\n")
+    findings = {f.symbol: f for f in trees.findings(PROBE, source, READY)}
+    assert "not run with this build" in findings["vllm.engine.Scheduler"].message

@@ -27,8 +27,6 @@ CASES = [
     pytest.param(patch(path="model.language_model"), build(), "path", Status.BROKEN,
                  ["patches model.language_model", "the decoder stack of LlamaForCausalLM is model.model"],
                  id="path-broken"),
-    pytest.param(patch(path="engine"), build(), "path", Status.UNKNOWN,
-                 ["cannot tell which object the consumer patches"], id="path-unknown"),
     pytest.param(patch(), build(), "member:embed_input_ids", Status.OK,
                  ["LlamaModel.embed_input_ids exists"], id="member-ok"),
     pytest.param(patch(embed="get_input_embeddings"), build(), "member:get_input_embeddings", Status.BROKEN,
@@ -52,6 +50,8 @@ CASES = [
                  ["takes **kwargs", "neither accepts nor forwards them"], id="forward-changed"),
     pytest.param(patch(forward_kwargs=", **kwargs"), build(base_kwargs=", **kwargs"), "forward", Status.OK,
                  ["accepts what the build passes"], id="forward-ok"),
+    pytest.param(patch(forward_kwargs=", *args"), build(top_keywords=", 1"), "forward", Status.OK,
+                 ["accepts what the build passes"], id="forward-ok-var-args"),
     pytest.param(patch(eagle3_check=True), build(), "eagle3", Status.OK, ["is marked SupportsEagle3"],
                  id="eagle3-ok"),
     pytest.param(patch(eagle3_check=True), build(eagle3=False), "eagle3", Status.BROKEN,
@@ -91,6 +91,34 @@ def test_the_replacement_forward_against_the_architecture(trees, source, vllm, a
     assert [f.status for f in judged] == [status], [(f.symbol, f.message) for f in findings]
     for word in says:
         assert word in judged[0].message, judged[0].message
+
+
+UNTRACED = """
+import types
+
+from vllm import LLM
+
+
+def _forward(self, input_ids, positions):
+    x = self.embed_tokens(input_ids)
+    for layer in self.layers:
+        x = layer(positions, x)
+    return self.lm_head(x)
+
+
+def patch_model(model):
+    model.forward = types.MethodType(_forward, model)
+"""
+
+
+@pytest.mark.parametrize("source", [patch(path="engine"), UNTRACED], ids=["worker-attribute", "a-parameter"])
+def test_a_forward_replaced_on_an_object_not_traced_to_vllm_s_model_is_one_unknown(trees, source):
+    """ms-swift replaces the forward of Hugging Face models (``model.forward = MethodType(forward, model)`` on a
+    parameter): nothing says the object is vLLM's model, so no architecture judges its members (each was broken)."""
+    findings = trees.findings(PROBE, source, build(), architectures=(ARCH, "Qwen3ForCausalLM"))
+    assert [(f.symbol, f.status) for f in findings] == [("*:path", Status.UNKNOWN)], \
+        [(f.symbol, f.message) for f in findings]
+    assert "cannot tell which object the consumer patches" in findings[0].message
 
 
 def test_an_unregistered_architecture_is_judged_no_further(trees):

@@ -66,3 +66,26 @@ def start():
     LLM("m", worker_extension_cls="consumer.Extension")
 '''
     assert trees.findings(PROBE, source, build()) == []
+
+
+OVERRIDE = '''
+from vllm.v1.executor.multiproc_executor import MultiprocExecutor
+
+
+class TimedExecutor(MultiprocExecutor):
+    def execute_model(self, scheduler_output):
+        inner = MultiprocExecutor(self.config)
+        return inner.execute_model(scheduler_output)
+'''
+
+
+def test_execute_model_passed_on_inside_an_override_vllm_calls_is_not_the_consumer_s_loop(trees):
+    """Inside ``TimedExecutor.execute_model``, an override of the executor's method, vLLM's engine calls the
+    override and then sample_tokens itself: the call inside is not a step loop the consumer runs (it was broken)."""
+    findings = trees.findings(PROBE, OVERRIDE, build())
+    assert [f.status for f in findings] == [Status.OK], [f.message for f in findings]
+    assert "which overrides vllm.v1.executor.multiproc_executor.MultiprocExecutor.execute_model" in findings[0].message
+    # the same call in a function of its own is the consumer's step, judged as before
+    plain = OVERRIDE.replace("class TimedExecutor(MultiprocExecutor):\n    def execute_model(self, scheduler_output):",
+                             "class TimedExecutor:\n    def step(self, scheduler_output):")
+    assert [f.status for f in trees.findings(PROBE, plain, build())] == [Status.BROKEN]
