@@ -10,6 +10,7 @@ own and is not checked here.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -20,6 +21,7 @@ from compat.facts.callers import CallSite
 from compat.facts.lineage import FACT as LINEAGE
 from compat.findings import Evidence, Finding, FindingKind, Place, Status
 from compat.probe import Probe, ProbeContext
+from compat.probes import consequence
 from compat.signature import CallShape, ParamKind, Signature
 from compat.vllm.surface import Found, FoundKind, Missing, Surface
 
@@ -163,6 +165,66 @@ def _completed_below(ctx: ProbeContext, qualname: str, missing: set[str]) -> boo
     return any(missing <= set(cls.methods) for cls in ctx.descendants(qualname))
 
 
+def _stand_in(ctx: ProbeContext, patcher: str, cls: Found) -> tuple[Status, str] | None:
+    """A consumer class assigned over vLLM's class ``cls`` without deriving from it: vLLM's code calls the methods
+    of ``cls`` on what it finds there, so each method vLLM calls (on a receiver declared as ``cls`` or a class
+    related to it) must be on the replacement, and take what the call passes. With the build it was written for,
+    a method vLLM called there too is left out: the replacement worked there, so that call is not on its path. None where the replacement derives
+    from ``cls`` (what it lacks is inherited) or is not a consumer class."""
+    mine = ctx.consumer_class(patcher)
+    static = consequence.static_surface(ctx)
+    if mine is None or static is None:
+        return None
+    lineage = [c for c in [mine, *[ctx.consumer_class(b) for b in mine.bases]] if c is not None]
+    names = {c.qualname for c in lineage}
+    if any(b.startswith("vllm.") for c in lineage for b in c.bases) or any(
+            p.patcher in names and p.kind == PatchKind.SUBCLASS for p in ctx.scan.class_patches):
+        return None  # derives from a vLLM class (named, or fetched at run time): inherited methods are vLLM's own
+    defined = {m for c in lineage for m in c.methods}
+    found = static.lookup(cls.path)  # the static reading's own answer (a memoised one carries no definition)
+    model = static.class_model(found) if isinstance(found, Found) else None
+    if model is None:
+        return None
+    related = set(ctx.fact(LINEAGE, cls.path).ancestors) | {cls.path}
+
+    def calls(name: str, surface: Surface | None = None) -> list[CallSite]:
+        return [site for site in ctx.fact(CALLERS, name, surface=surface).sites
+                if site.receiver and (site.receiver in related or cls.path in ctx.fact(
+                    LINEAGE, site.receiver, surface=surface).ancestors)]
+
+    missing, refused, called = [], [], 0
+    for klass in static.mro(model)[0]:
+        for node in klass.node.body:
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name in _CONSTRUCTION or \
+                    node.name.startswith("__"):
+                continue
+            sites = calls(node.name)
+            if not sites:
+                continue
+            called += 1
+            if node.name not in defined and ctx.written_for is not None and calls(node.name, ctx.written_for):
+                continue  # vLLM called it there too, where the replacement worked: not on its path
+            if node.name not in defined:
+                missing.append(f"{node.name} (vLLM calls it at {sites[0].at}: {sites[0].code})")
+                continue
+            owner = next(c for c in lineage if node.name in c.methods)
+            sig = owner.signature(node.name)
+            problems = [(site, sig.drop_first().bind(site_shape(site), node.name)) for site in sites
+                        if not site.unpacks] if sig is not None else []
+            bad = next(((site, p) for site, p in problems if p), None)
+            if bad is not None:
+                refused.append(f"{node.name} refuses vLLM's call at {bad[0].at} ({bad[0].code}): "
+                               f"{'; '.join(p.message for p in bad[1])}")
+    if missing or refused:
+        said = "; ".join([*(f"it lacks {m}" for m in missing[:4]), *refused[:3]])
+        return Status.BROKEN, (f"it does not derive from it, and vLLM calls on what it finds there methods the "
+                               f"replacement does not take as vLLM calls them: {said}")
+    if not called:
+        return None
+    return Status.OK, (f"it does not derive from it, and defines each of the {called} methods vLLM's code calls on "
+                       "an object of that class, taking what the calls pass")
+
+
 def _takes_anything(sig: Signature) -> bool:
     """``(*args, **kwargs)``-style: the signature does not say what its callers pass (a decorator's wrapper)."""
     return any(p.kind in (ParamKind.VAR_POSITIONAL, ParamKind.VAR_KEYWORD) for p in sig.parameters)
@@ -224,6 +286,14 @@ class PatchProbe(Probe):
             return self.finding(tp, Status.UNKNOWN, f"cannot tell whether {target} exists: {now.reason}",
                                 symbol=target)
         where = str(now.location) if now.location else None
+        if now.kind == FoundKind.CLASS and replacement.how == PatchKind.REPLACE:
+            stand_in = _stand_in(ctx, replacement.patcher, now)
+            if stand_in is not None:
+                status, message = stand_in
+                return self.finding(tp, status, f"{how} {replacement.patcher} replaces {target}: {message}", where,
+                                    symbol=target,
+                                    fix=f"define what vLLM calls on {target} on {replacement.patcher}, or derive it "
+                                        f"from {target}" if status is Status.BROKEN else None)
         if replacement.signature is None or now.kind in NO_SIGNATURE_CHECK:
             return self.finding(tp, Status.OK, f"{how} {replacement.patcher} replaces {target}, which this build has",
                                 where, symbol=target)

@@ -77,9 +77,12 @@ class ConsumerIndex:
 
         def inner(body: list[ast.stmt], prefix: str) -> None:
             """Functions defined inside a function, as ``outer.inner`` (a forward installed with
-            ``types.MethodType(inner, model)`` is one of them); classes there are not the module's."""
+            ``types.MethodType(inner, model)`` is one of them), and classes made there (``class Patched(base)``
+            over a base fetched at run time, then installed by ``setattr``), as ``outer.Patched``."""
             for stmt in body:
-                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if isinstance(stmt, ast.ClassDef):
+                    walk([stmt], prefix, None)
+                elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     qualname = f"{prefix}.{stmt.name}"
                     self.functions.setdefault(qualname, stmt)
                     self.function_files.setdefault(qualname, module.relpath)

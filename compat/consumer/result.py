@@ -223,6 +223,11 @@ class ConsumerClass:
     """Methods that call the base's own (``super().m(...)`` in ``m``): they add to vLLM's code, which still runs."""
     state: tuple[MethodState, ...] = ()
     """What each method writes and reads of the object's own attributes."""
+    signatures: tuple[tuple[str, Signature], ...] = ()
+    """Each method's parameters as declared (``self`` included)."""
+
+    def signature(self, method: str) -> Signature | None:
+        return next((sig for name, sig in self.signatures if name == method), None)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from compat.consumer.values import ClassAttributes
 from compat.consumer.visitor import walk_module
 from compat.location import Location
 from compat.sources import SourceTree
-from compat.syntax import module_name, parse_source
+from compat.syntax import from_def, module_name, parse_source
 
 _PASSES = 3
 """Walks over every module: ``self.x`` assigned in one may be read in another, before or after it."""
@@ -102,7 +102,8 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False,
     patches = tuple(dict.fromkeys(p for record in records for p in record.class_patches))
     classes = tuple(
         ConsumerClass(info.qualname, Location(_module_relpath(modules, info.module), info.node.lineno),
-                      tuple(sorted(info.methods)), info.bases, _extends(info.methods), class_state(info.methods))
+                      tuple(sorted(info.methods)), info.bases, _extends(info.methods), class_state(info.methods),
+                      tuple((name, from_def(node)) for name, node in sorted(info.methods.items())))
         for info in index.classes.values())
     read = (_guarded(problems, f.location, model_patch, index, f) for f in forwards)
     model_patches = tuple(patch for patch in read if patch is not None)

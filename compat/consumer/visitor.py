@@ -87,6 +87,10 @@ def walk_module(index: ConsumerIndex, known: ClassAttributes, source: ConsumerMo
     return visitor.found
 
 
+NOT_DYNAMIC = object()
+"""``ModuleVisitor.dynamic_access``: the call is not one of the spellings it reads."""
+
+
 class ModuleVisitor(ast.NodeVisitor):
     """One walk of one module: its state, the statements it visits and the value of each expression."""
 
@@ -730,6 +734,9 @@ class ModuleVisitor(ast.NodeVisitor):
 
     def eval_call(self, node: ast.Call, record: bool) -> Value:
         func = node.func
+        spelled = self.dynamic_access(node, record)
+        if spelled is not NOT_DYNAMIC:
+            return spelled
         shape = call_shape(node, self.spread_keys)
         result: Value = None
         if isinstance(func, ast.Attribute):
@@ -803,6 +810,34 @@ class ModuleVisitor(ast.NodeVisitor):
         if record and called_name(node) in INDIRECT_CALLERS:
             self.indirect_call(node)
         return result
+
+    def dynamic_access(self, node: ast.Call, record: bool) -> Value | object:
+        """The spellings that name vLLM's objects at run time: ``importlib.import_module("vllm.x")`` is the module
+        ``vllm.x``, ``getattr(<vLLM module or class>, "name"[, default])`` its member, and
+        ``setattr(<vLLM module or class>, "name", value)`` the assignment ``<...>.name = value`` (a patch, judged as
+        written out). ``NOT_DYNAMIC`` for any other call."""
+        name = called_name(node)
+        args = node.args
+        if name not in ("import_module", "getattr", "setattr") or node.keywords or \
+                any(isinstance(a, ast.Starred) for a in args):
+            return NOT_DYNAMIC
+        constant = [a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None for a in args]
+        if name == "import_module" and len(args) == 1 and constant[0] and self.is_target(constant[0]):
+            return Sym(constant[0])
+        if name in ("getattr", "setattr") and len(args) >= 2 and constant[1]:
+            owner = self.eval(args[0], record)
+            if not isinstance(owner, Sym):
+                return NOT_DYNAMIC
+            if name == "getattr" and len(args) in (2, 3):
+                for extra in args[2:]:
+                    self.eval(extra, record)
+                return Sym(f"{owner.path}.{constant[1]}")
+            if name == "setattr" and len(args) == 3:
+                value = self.visit_expr(args[2])
+                target = ast.copy_location(ast.Attribute(value=args[0], attr=constant[1], ctx=ast.Store()), node)
+                self.assign(target, value, args[2])
+                return None
+        return NOT_DYNAMIC
 
     def indirect_call(self, node: ast.Call) -> None:
         """``Process(target=f, args=(...), kwargs={...})`` (``Thread`` too): ``f`` is called with those arguments in

@@ -189,9 +189,11 @@ def _condition(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -
     return " and ".join(reversed(tests))
 
 
-def _receiver_class(surface: StaticSurface, value: ast.expr, function: ast.AST, owner: str | None) -> str:
-    """The class the build declares ``value`` as, for ``self``, ``cls``, ``self.a.b`` chains in a method and
-    ``current_platform``; "" otherwise."""
+def _receiver_class(surface: StaticSurface, value: ast.expr, function: ast.AST, owner: str | None,
+                    info: ModuleInfo | None = None) -> str:
+    """The class the build declares ``value`` as, for ``self``, ``cls``, ``self.a.b`` chains in a method, a
+    parameter annotated with a class of the build (``runner: GPUModelRunner``) and ``current_platform``; ""
+    otherwise."""
     chain: list[str] = []
     while isinstance(value, ast.Attribute):
         chain.append(value.attr)
@@ -205,12 +207,30 @@ def _receiver_class(surface: StaticSurface, value: ast.expr, function: ast.AST, 
             (function.args.posonlyargs + function.args.args)[0].arg == value.id:
         found = surface.lookup(owner)
     else:
-        return ""
+        annotation = _annotation_of(function, value.id)
+        if annotation is None or info is None:
+            return ""
+        found = surface.resolve_expr(info, annotation, types=True)
     for attr in reversed(chain):
         if not isinstance(found, Found) or found.kind != FoundKind.CLASS:
             return ""
         found = surface.attribute_type(found, attr)
     return found.path if isinstance(found, Found) and found.kind == FoundKind.CLASS else ""
+
+
+def _annotation_of(function: ast.AST, name: str) -> ast.expr | None:
+    """The annotation of the parameter ``name`` of ``function`` (a class, or a string naming one)."""
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    args = function.args
+    param = next((a for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg == name), None)
+    annotation = param.annotation if param is not None else None
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return None
+    return annotation if isinstance(annotation, (ast.Name, ast.Attribute)) else None
 
 
 def read(surface: StaticSurface, name: str) -> Callers:
@@ -295,7 +315,7 @@ def _module_sites(surface: StaticSurface, info: ModuleInfo, name: str) -> list[C
             receiver = ""
         else:
             positional, keywords, unpacks = _shape(call)  # a bare name too: a function called by its name
-            receiver = _receiver_class(surface, call.func.value, function, found.owner) \
+            receiver = _receiver_class(surface, call.func.value, function, found.owner, info) \
                 if isinstance(call.func, ast.Attribute) else ""
         sites.append(CallSite(f"{info.relpath}:{call.lineno}", found.where, positional, keywords, unpacks, found.rpc,
                               _reads(function, call, indexed.parents), ast.unparse(call)[:200],

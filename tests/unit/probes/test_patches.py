@@ -121,6 +121,48 @@ class MyModule(Module):
         return x
 '''
 
+SETATTR = '''
+import importlib
+
+
+def my_prepare(self, batch):
+    return batch
+
+
+def install():
+    runner = importlib.import_module("vllm.runner")
+    setattr(getattr(runner, "Runner"), "prepare_inputs", my_prepare)
+'''
+
+INNER_CLASS = '''
+import importlib
+
+
+def install():
+    base = getattr(importlib.import_module("vllm.runner"), "Runner")
+
+    class Patched(base):
+        def prepare_inputs(self, batch):
+            return batch
+
+    setattr(importlib.import_module("vllm.runner"), "Runner", Patched)
+'''
+
+STAND_IN = '''
+import vllm.runner
+
+
+class MyRunner:
+    def execute(self, batch{execute}):
+        return batch
+{more}
+
+vllm.runner.Runner = MyRunner
+'''
+DRIVES = "runner.prepare_inputs(batch, out)"
+DRIVES_POST = "runner.postprocess(out)"
+
+
 # (consumer, audited build, build written for (None: not known), the name replaced, expected status (None: the
 #  probe says nothing about it), words the message holds)
 CASES = [
@@ -160,6 +202,27 @@ CASES = [
     pytest.param(override(PREP), build(), THEN, "prepare_inputs", Status.OK,
                  ["takes what vLLM's callers pass to vllm.runner.Runner.prepare_inputs(batch)"], id="unchanged"),
     pytest.param(override(OWN), build(), THEN, "my_helper", None, [], id="the-consumer-s-own-method"),
+    # A patch by setattr on a class fetched by getattr from importlib.import_module: judged as if written out.
+    pytest.param(SETATTR, build(prepare=", out", site=DRIVES), THEN, "prepare_inputs", Status.BROKEN,
+                 ["vLLM calls it at vllm/runner.py", "consumer.my_prepare", "refuses"], id="setattr-patch"),
+    # An override in a class made inside a function over a base fetched at run time.
+    pytest.param(INNER_CLASS, build(prepare=", out", site=DRIVES), THEN, "prepare_inputs", Status.BROKEN,
+                 ["consumer.install.Patched.prepare_inputs", "refuses"], id="override-in-a-class-made-in-a-function"),
+    pytest.param(INNER_CLASS, build(site=DRIVES.replace(", out", "")), THEN, "Runner", Status.OK,
+                 ["which this build has"], id="replacement-deriving-from-the-class"),
+    # A class assigned over vLLM's without deriving from it stands in for it: vLLM's calls must find what they call.
+    pytest.param(STAND_IN.format(execute=", *, tag=None", more=""), build(site=DRIVES_POST),
+                 build(extra="", site="pass"), "Runner", Status.BROKEN,
+                 ["does not derive from it", "it lacks postprocess (vLLM calls it at vllm/runner.py"],
+                 id="stand-in-lacks-a-method-vllm-now-calls"),
+    pytest.param(STAND_IN.format(execute="", more=""), build(site="runner.execute(batch, tag='t')"), THEN, "Runner",
+                 Status.BROKEN,
+                 ["execute refuses vLLM's call", "tag"], id="stand-in-refuses-a-keyword-vllm-passes"),
+    pytest.param(STAND_IN.format(execute=", *, tag=None", more="\n    def postprocess(self, sampled):\n"
+                                 "        return sampled\n"), build(site=DRIVES_POST), THEN, "Runner", Status.OK,
+                 ["defines each of the"], id="stand-in-complete"),
+    pytest.param(STAND_IN.format(execute=", *, tag=None", more=""), build(site=DRIVES_POST), build(site=DRIVES_POST),
+                 "Runner", Status.OK, ["defines each of the"], id="stand-in-lacks-a-method-vllm-called-before-too"),
 ]
 
 
