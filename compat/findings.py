@@ -42,6 +42,8 @@ class FindingKind(StrEnum):
     """What a real engine did (the runtime confirmation)."""
     MODEL = "model"
     """A model's forward the consumer replaces."""
+    GATE = "gate"
+    """The consumer's own check of the build's version, run when a module of it is imported."""
 
 
 @dataclass(frozen=True)

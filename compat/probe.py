@@ -13,6 +13,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, TypeVar, cast
 
+from compat.consumer.guards import GuardExpr, HasAttr, Imports
 from compat.consumer.result import ClassPatch, ConsumerClass, Kind, PatchKind, Ref, RefKind, Scan, TouchPoint
 from compat.facts import Fact
 from compat.facts.lineage import FACT as LINEAGE
@@ -271,6 +272,31 @@ class ProbeContext:
             found = self._own_subclasses.get(".".join(parts[:end]))
             if found is not None:
                 return found
+        return None
+
+    def guard_lookup(self, expr: GuardExpr) -> bool | None:
+        """What the build says of a guard's leaf that needs its code (``compat.consumer.guards.BuildQuery``):
+        ``hasattr`` on a vLLM object, an import of vLLM names. True, False, or None (cannot tell)."""
+
+        def known(result: Answer) -> bool | None:
+            return True if isinstance(result, Found) else (False if isinstance(result, Missing) else None)
+
+        if isinstance(expr, HasAttr):
+            owner = self.lookup(expr.symbol)
+            member = self.surface.member(owner, expr.name) if isinstance(owner, Found) else owner
+            present = known(member)
+            if present is False and expr.instance:
+                return None  # an instance may be given it at run time
+            if present is True and expr.not_none and not (isinstance(member, Found) and member.kind in (
+                    FoundKind.FUNCTION, FoundKind.CLASS, FoundKind.METHOD, FoundKind.CLASSMETHOD,
+                    FoundKind.STATICMETHOD, FoundKind.MODULE)):
+                return None  # present, but may hold None
+            return present
+        if isinstance(expr, Imports):
+            results = [known(self.lookup(s)) for s in expr.symbols]
+            if all(r is True for r in results):
+                return True
+            return False if any(r is False for r in results) else None
         return None
 
     def vllm_calls(self, tp: TouchPoint) -> str | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from compat.audit import allowlist
 from compat.audit.result import AuditResult
-from compat.consumer.guards import GuardExpr, HasAttr, Imports, evaluate, render
+from compat.consumer.guards import evaluate, render
 from compat.consumer.pins import resolve_pin
 from compat.consumer.result import Scan, TouchPoint
 from compat.consumer.scan import cached_scan
@@ -22,10 +22,10 @@ from compat.consumer.source import open_consumer
 from compat.errors import CompatError
 from compat.findings import Confirmation, Evidence, Finding, Place, Status, by_place
 from compat.policy import DEFAULT, FailOn
-from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, ConsumerDefined, Probe, ProbeContext
+from compat.probe import DEFAULT_ARCHITECTURES, DEFAULT_WORKER_CLASS, Probe, ProbeContext
 from compat.syntax import collector_paused
 from compat.vllm.builds import OpenedBuild, open_build
-from compat.vllm.surface import Found, FoundKind, Lookup, Missing, Surface
+from compat.vllm.surface import Surface
 
 DEFAULT_CONSUMER = "speculators==0.3.0"
 
@@ -173,28 +173,7 @@ class Auditor:
 def _guard_state(ctx: ProbeContext, tp: TouchPoint) -> tuple[bool | None, str]:
     """Whether the touchpoint's code runs on the audited build (None: cannot tell), and why."""
 
-    def known(result: Lookup | ConsumerDefined) -> bool | None:
-        return True if isinstance(result, Found) else (False if isinstance(result, Missing) else None)
-
-    def lookup(expr: GuardExpr) -> bool | None:
-        if isinstance(expr, HasAttr):
-            owner = ctx.lookup(expr.symbol)
-            member = ctx.surface.member(owner, expr.name) if isinstance(owner, Found) else owner
-            present = known(member)
-            if present is False and expr.instance:
-                return None  # an instance may be given it at run time
-            if present is True and expr.not_none and not (isinstance(member, Found) and member.kind in (
-                    FoundKind.FUNCTION, FoundKind.CLASS, FoundKind.METHOD, FoundKind.CLASSMETHOD,
-                    FoundKind.STATICMETHOD, FoundKind.MODULE)):
-                return None  # present, but may hold None
-            return present
-        if isinstance(expr, Imports):
-            results = [known(ctx.lookup(s)) for s in expr.symbols]
-            if all(r is True for r in results):
-                return True
-            return False if any(r is False for r in results) else None
-        return None
-
+    lookup = ctx.guard_lookup
     state: bool | None = True
     reasons = []
     for guard in tp.guards:

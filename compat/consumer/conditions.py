@@ -67,8 +67,10 @@ class ConditionReader:
     def value(self, node: ast.expr, env: dict[str, Any], depth: int = 0) -> Any:
         if isinstance(node, ast.Constant):
             return Lit(node.value)
-        if isinstance(node, ast.Tuple) and all(isinstance(e, ast.Constant) for e in node.elts):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and all(isinstance(e, ast.Constant) for e in node.elts):
             return Lit(tuple(e.value for e in node.elts if isinstance(e, ast.Constant)))
+        if isinstance(node, ast.Dict) and node.keys and all(isinstance(k, ast.Constant) for k in node.keys):
+            return Lit(tuple(k.value for k in node.keys if isinstance(k, ast.Constant)))  # what ``in`` tests
         if isinstance(node, ast.Tuple):
             return Tup(tuple(self.value(e, env, depth) for e in node.elts))
         if isinstance(node, ast.Name) and node.id in env:
@@ -169,7 +171,14 @@ class ConditionReader:
         left = self.value(node.left, env, depth)
         for op, right_node in zip(node.ops, node.comparators):
             right = self.value(right_node, env, depth)
-            if isinstance(op, (ast.Is, ast.IsNot)) and right == Lit(None) and isinstance(left, (Spec, HasAttr)):
+            if isinstance(op, (ast.In, ast.NotIn)) and isinstance(left, VersionValue) and isinstance(right, Lit) \
+                    and isinstance(right.value, tuple) and right.value and \
+                    all(isinstance(v, str) for v in right.value) and left.form != VersionForm.TUPLE:
+                # ``vllm.__version__ in SUPPORTED`` (a literal list, set, tuple or a dict's keys)
+                mode = VersionForm.STRING if left.form == VersionForm.STRING else VersionForm.VERSION
+                listed = Any_(tuple(VersionCmp("==", str(v), mode) for v in right.value))
+                parts.append(listed if isinstance(op, ast.In) else Not(listed))
+            elif isinstance(op, (ast.Is, ast.IsNot)) and right == Lit(None) and isinstance(left, (Spec, HasAttr)):
                 # ``find_spec("vllm.x") is not None``, ``getattr(vllm_obj, "a", None) is None``
                 present = Imports((left.module,)) if isinstance(left, Spec) else left
                 parts.append(present if isinstance(op, ast.IsNot) else Not(present))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compat.consumer.result import ClassPatch, Ref, ReplyUse, TouchPoint
+from compat.consumer.result import ClassPatch, ImportGate, Ref, ReplyUse, TouchPoint
 from compat.consumer.values import ClassAttributes
 from compat.location import Location
 
@@ -31,5 +31,7 @@ class ModuleRecord:
     attributes: ClassAttributes = field(default_factory=ClassAttributes)
     class_patches: list[ClassPatch] = field(default_factory=list)
     """What ``self.x = ...`` assignments in this module gave each class's attributes."""
+    gates: list[ImportGate] = field(default_factory=list)
+    """``raise`` statements the module's import runs under a test of the build."""
     failures: list[tuple[Location, str, str]] = field(default_factory=list)
     """Top-level statements whose walk raised: where, ``Type: message``, the traceback (the rest was walked)."""

@@ -231,6 +231,26 @@ class ConsumerClass:
 
 
 @dataclass(frozen=True)
+class ImportGate:
+    """A ``raise`` that runs when a consumer module is imported, under a test of the build (the consumer's own
+    check of vLLM's version: ``if Version(vllm.__version__) not in SUPPORTED: raise ...``, or a helper called at
+    the module's top level that raises for a version it does not list): where it raises, the module cannot be
+    imported, and a vLLM plugin that imports it stops every vLLM start."""
+
+    location: Location
+    """Where the module's own code leads to the raise (the ``raise``, or the call of the helper that raises)."""
+    module: str
+    raises: str
+    """The ``raise`` statement, as source text."""
+    condition: GuardExpr
+    """When it raises, for the build (joined with the tests the statement itself runs under)."""
+    text: str
+    """The condition as the consumer writes it."""
+    via: str = ""
+    """The consumer helper that raises, when the raise is in a helper called at the top level."""
+
+
+@dataclass(frozen=True)
 class ClassPatch:
     """A consumer class whose body is copied onto a vLLM class or module (``class P(ArcticPatch[VllmConfig])``):
     what it defines becomes part of the target for the consumer's other code."""
@@ -373,3 +393,5 @@ class Scan:
     settings: tuple[tuple[str, str, str], ...] = ()
     """What the consumer's configs are given by code its calls do not show, as (config class name, field,
     literal): the fix's re-audit sets the shim's pinned defaults here, for the build it audits."""
+    gates: tuple[ImportGate, ...] = ()
+    """The consumer's own checks of the build that raise at import (``ImportGate``)."""

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from compat.consumer.index import ConsumerIndex
 
 _MAX_STEPS = 2_000
+NOTHING_RETURNED = "it returns nothing the audit can read"
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,21 @@ class HelperRun:
         self.reader = reader
         self.depth = depth
         self.steps = 0
+        self.given_up: Unknown | None = None
+        self.raised: list[tuple[GuardExpr, ast.Raise]] = []
+        """The ``raise`` statements met, each with the path condition it is reached under (not those in a
+        ``try`` with handlers, which may catch them)."""
+        self._catching = 0
+
+    def raises(self, helper: FunctionNode, qualname: str, args: list[Any],
+               kwargs: dict[str, Any]) -> list[tuple[GuardExpr, ast.Raise]] | Unknown:
+        """When the helper raises for these arguments: each ``raise`` with its path condition (Unknown where the
+        run cannot follow the helper)."""
+        self.given_up = None
+        self.call(helper, qualname, args, kwargs)
+        if self.given_up is not None:
+            return self.given_up  # the run gave up on it: what it raises is not known either
+        return self.raised
 
     # ---- calls ---------------------------------------------------------------------------
     def call(self, helper: FunctionNode, qualname: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -160,9 +176,10 @@ class HelperRun:
         try:
             returns, _, _ = self.block(helper.body, env, Const(True))
         except _GiveUp as exc:
-            return Unknown(str(exc))
+            self.given_up = Unknown(str(exc))
+            return self.given_up
         if not returns:
-            return Unknown("it returns nothing the audit can read")
+            return Unknown(NOTHING_RETURNED)
         return value_of(returns)
 
     def value(self, node: ast.expr, env: dict[str, Any]) -> Any:
@@ -187,6 +204,8 @@ class HelperRun:
                 returns.append((cond, self.value(stmt.value, env) if stmt.value is not None else Lit(None)))
                 return returns, None, Const(False)
             if isinstance(stmt, ast.Raise):
+                if not self._catching:
+                    self.raised.append((cond, stmt))
                 return returns, None, Const(False)
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
                 if stmt.value is not None:
@@ -204,7 +223,13 @@ class HelperRun:
                 env = merge(env_a, env_b)
             elif isinstance(stmt, ast.Try):
                 # The default run: the body does not raise (handlers are the fallback for broken installs).
-                found, env, cond = self.block(stmt.body + stmt.orelse, env, cond)
+                self._catching += bool(stmt.handlers)
+                try:
+                    found, env, cond = self.block(stmt.body, env, cond)
+                finally:
+                    self._catching -= bool(stmt.handlers)
+                returns += found
+                found, env, cond = self.block(stmt.orelse, env, cond)
                 returns += found
                 if stmt.finalbody:
                     found, env, cond = self.block(stmt.finalbody, env, cond)

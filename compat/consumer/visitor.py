@@ -12,9 +12,10 @@ from __future__ import annotations
 import ast
 import traceback
 from enum import StrEnum
+from typing import cast
 
 from compat.consumer.conditions import ConditionReader
-from compat.consumer.guards import GuardExpr, Imports, Not, VersionForm, involves_target
+from compat.consumer.guards import All, GuardExpr, Imports, Not, VersionForm, involves_target, render, simplify
 from compat.consumer.index import ConsumerIndex, ConsumerModule, IndexedClass
 from compat.consumer.names import INDIRECT_CALLERS, Spread, binds_anywhere, literal_spread, read_function
 from compat.consumer.nodes import (
@@ -38,6 +39,7 @@ from compat.consumer.result import (
     ClassPatch,
     Fallback,
     Guard,
+    ImportGate,
     Kind,
     PatchKind,
     Ref,
@@ -62,6 +64,7 @@ from compat.consumer.values import (
     Value,
     VersionValue,
 )
+from compat.consumer.version_helpers import HelperRun, Unknown
 from compat.location import Location
 from compat.signature import CallShape
 from compat.syntax import absolute_module, call_shape, called_name, from_def, is_type_checking
@@ -104,6 +107,8 @@ class ModuleVisitor(ast.NodeVisitor):
         self.found = ModuleRecord()
         """What this walk found (``walk_module`` returns it)."""
         self.scopes: list[Scope] = [Scope(kind=ScopeKind.MODULE, qualname=source.module)]
+        self.catching = 0
+        """How many ``try`` statements with handlers the walk is inside."""
         self.guards: list[Guard] = []
         self.fallback: Fallback | None = None
         self.class_stack: list[IndexedClass] = []
@@ -331,7 +336,11 @@ class ModuleVisitor(ast.NodeVisitor):
             guarded = [h for h in node.handlers if catches_by_name(h, "AttributeError")]
             if guarded:
                 self.narrowing.append((None, "", f"try/except AttributeError at {self.loc(guarded[0])}"))
-            self.visit_block(node.body)
+            self.catching += bool(node.handlers)
+            try:
+                self.visit_block(node.body)
+            finally:
+                self.catching -= bool(node.handlers)
             if guarded:
                 self.narrowing.pop()
             for h in node.handlers:
@@ -344,7 +353,11 @@ class ModuleVisitor(ast.NodeVisitor):
                                  if isinstance(s, (ast.Import, ast.ImportFrom)) for a in s.names}))
         outer = self.fallback
         self.fallback = Fallback(self.loc(handler), provided, self.code(handler))
-        self.visit_block(node.body)
+        self.catching += 1
+        try:
+            self.visit_block(node.body)
+        finally:
+            self.catching -= 1
         self.fallback = outer
         taken = Imports(primary)
         first = dict(self.scopes[-1].names)
@@ -487,6 +500,7 @@ class ModuleVisitor(ast.NodeVisitor):
             value = self.condition_value(node.value)
         for target in node.targets:
             self.assign(target, value, node.value)
+        self.note_gate_call(node.value)
 
     def condition_value(self, node: ast.expr) -> Value:
         """Names bound to the build's version, to a version test, or to a literal."""
@@ -494,6 +508,48 @@ class ModuleVisitor(ast.NodeVisitor):
         if isinstance(value, GuardExpr) and not involves_target(value):
             return None
         return value if isinstance(value, (VersionValue, Lit, GuardExpr)) else None
+
+    def visit_Raise(self, node: ast.Raise) -> None:
+        """A ``raise`` met while the module is imported (its own top level, under a test of the build)."""
+        self.generic_visit(node)
+        if self.at_import() and any(involves_target(g.expr) for g in self.guards):
+            condition = All(tuple(g.expr if g.branch else Not(g.expr) for g in self.guards))
+            text = " and ".join(g.text if g.branch else f"not ({g.text})" for g in self.guards)
+            self.found.gates.append(ImportGate(self.loc(node), self.source.module, self.code(node), condition, text))
+
+    def visit_Expr(self, node: ast.Expr) -> None:
+        self.generic_visit(node)
+        self.note_gate_call(node.value)
+
+    def at_import(self) -> bool:
+        """The walk is in the module's own statements (run when it is imported), not in a def or class body, nor
+        in a ``try`` whose handlers may catch what it raises."""
+        return len(self.scopes) == 1 and not self.catching
+
+    def note_gate_call(self, value: ast.expr | None) -> None:
+        """A consumer helper called at the module's top level (``SCHEDULE = _select_schedule(vllm.__version__)``),
+        run for the build with the call's arguments: each ``raise`` it reaches under a test of the build."""
+        if not self.at_import() or not isinstance(value, ast.Call):
+            return
+        target = self.eval(value.func, record=False)
+        helper = self.index.functions.get(target.qualname) if isinstance(target, Local) else None
+        if helper is None or not isinstance(target, Local):
+            return
+        args = [self.conditions.value(a, {}) for a in value.args if not isinstance(a, ast.Starred)]
+        kwargs = {k.arg: self.conditions.value(k.value, {}) for k in value.keywords if k.arg}
+        found = HelperRun(self.conditions, 1).raises(helper, target.qualname, args, kwargs)
+        if isinstance(found, Unknown):
+            return
+        outer = [g.expr if g.branch else Not(g.expr) for g in self.guards]
+        for cond, stmt in found:
+            if not involves_target(cond):
+                continue
+            module = self.index.function_modules.get(target.qualname, "")
+            text = " and ".join([g.text if g.branch else f"not ({g.text})" for g in self.guards] +
+                                [render(cond)])
+            self.found.gates.append(ImportGate(self.loc(value), self.source.module, ast.unparse(stmt)[:200],
+                                               simplify(All(tuple(outer) + (cond,))), text,
+                                               f"{target.qualname} ({module})"))
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         value = self.visit_expr(node.value) if node.value is not None else None
@@ -736,7 +792,7 @@ class ModuleVisitor(ast.NodeVisitor):
         func = node.func
         spelled = self.dynamic_access(node, record)
         if spelled is not NOT_DYNAMIC:
-            return spelled
+            return cast(Value, spelled)
         shape = call_shape(node, self.spread_keys)
         result: Value = None
         if isinstance(func, ast.Attribute):
