@@ -61,6 +61,8 @@ class VllmCalls:
     sites: tuple[CallSite, ...]
     set_aside: tuple[str, ...] = ()
     unknown: str = ""
+    elsewhere: tuple[str, ...] = ()
+    """Calls of the name on receivers declared as classes the consumer's code does not stand in for."""
     """The calls that unpack ``*args``/``**kwargs`` (what they pass is not read), said; "" when none do."""
 
     def judged(self, mine: Signature) -> list[tuple[CallSite, list]]:
@@ -78,15 +80,20 @@ def site_shape(site: CallSite) -> CallShape:
     return CallShape(site.positional, site.keywords)
 
 
-def vllm_calls(ctx: ProbeContext, name: str | None, sig: Signature, owner: str = "") -> VllmCalls:
+def vllm_calls(ctx: ProbeContext, name: str | None, sig: Signature, owner: str = "",
+               override: bool = False) -> VllmCalls:
+    """``override``: the consumer's code is a subclass's override of ``owner``'s method, which runs only on the
+    consumer's own objects: a call on a receiver declared as another subclass of ``owner`` (vLLM's own sibling of the
+    consumer's class) never reaches it. A method assigned over ``owner``'s runs for its subclasses too."""
     if not name:
         return VllmCalls((), unknown="the method's name is not known")
-    sites, aside, unpacking = [], [], []
+    sites, aside, unpacking, elsewhere = [], [], [], []
     ancestors = ctx.fact(LINEAGE, owner).ancestors if owner else ()
     for site in ctx.fact(CALLERS, name).sites:
-        if site.receiver and ancestors and site.receiver not in ancestors and \
-                owner not in ctx.fact(LINEAGE, site.receiver).ancestors:
-            continue  # the receiver is declared as a class unrelated to the one the consumer's code replaces
+        if site.receiver and ancestors and site.receiver not in ancestors and site.receiver != owner and (
+                override or owner not in ctx.fact(LINEAGE, site.receiver).ancestors):
+            elsewhere.append(f"{site.at} (on {site.receiver})")
+            continue  # the receiver is declared as a class the consumer's code does not stand in for
         if site.unpacks:
             unpacking.append(site.at)
             continue
@@ -99,7 +106,7 @@ def vllm_calls(ctx: ProbeContext, name: str | None, sig: Signature, owner: str =
             continue
         sites.append(site)
     unknown = f"; those at {', '.join(unpacking[:3])} pass *args/**kwargs" if unpacking else ""
-    return VllmCalls(tuple(sites), tuple(aside), unknown)
+    return VllmCalls(tuple(sites), tuple(aside), unknown, tuple(elsewhere))
 
 
 _CONSTRUCTION = ("__init__", "__post_init__", "__new__")
@@ -325,7 +332,8 @@ class PatchProbe(Probe):
                             extra=(("consumer", f"{replacement.patcher}{mine.render()}"),))
         if new:
             # What vLLM's callers may pass is a suspicion; the build's own calls of it say what they do pass.
-            sites = vllm_calls(ctx, tp.attribute, sig_now, owner.path if owner.kind == FoundKind.CLASS else "")
+            sites = vllm_calls(ctx, tp.attribute, sig_now, owner.path if owner.kind == FoundKind.CLASS else "",
+                               override=replacement.how == PatchKind.SUBCLASS)
             failing = [(site, problems) for site, problems in sites.judged(mine) if problems]
             fix = f"give {replacement.patcher} the parameters of {target}{sig_now.render()}"
             if failing:
@@ -336,6 +344,11 @@ class PatchProbe(Probe):
                     f"refuses: " + "; ".join(p.message for p in problems), where,
                     replace(evidence, extra=evidence.extra + (("vllm_calls", sites.render()),)), fix=fix,
                     symbol=target)
+            if not sites.sites and not sites.set_aside and sites.elsewhere and not sites.unknown:
+                return self.finding(
+                    tp, Status.OK, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); the "
+                    f"build calls it only on other classes, which {how} {replacement.patcher} does not stand in for "
+                    f"({', '.join(sites.elsewhere[:3])})", where, evidence, symbol=target)
             if not sites.sites and not sites.set_aside:
                 # No call by name that shows its arguments (a forward called through the module or through
                 # wrappers passing *args/**kwargs): vLLM's new signature is the evidence of what callers pass.

@@ -272,3 +272,27 @@ def test_a_subclass_of_an_abc_the_build_added_abstract_methods_to(trees, source,
     assert "consumer.MyLoader cannot be instantiated in this build" in findings[0].message
     assert "abstract method(s) unload" in findings[0].message
     assert findings[0].fix == "define unload in consumer.MyLoader"
+
+
+SIBLING = '''
+    class Sibling(Runner):
+        def run_twice(self, batch):
+            return self.prepare_inputs(batch, 1)
+'''
+
+
+@pytest.mark.parametrize(("sibling", "status", "says"), [
+    pytest.param(True, Status.OK, ["calls it only on other classes", "on vllm.runner.Sibling"],
+                 id="only-vllm-s-sibling-subclass-calls-it"),
+    pytest.param(False, Status.BROKEN, ["no call of it by name in the build"], id="no-call-at-all"),
+])
+def test_an_override_is_not_judged_by_calls_on_vllm_s_own_sibling_subclasses(trees, sibling, status, says):
+    """kunlun's internvl builder overrides get_dummy_mm_data of vLLM's base; vLLM's own InternVL builder (another
+    subclass of that base) calls its own method with other arguments: that call never reaches the override."""
+    now = build(prepare=", out")
+    if sibling:
+        now = {"vllm/runner.py": now["vllm/runner.py"] + SIBLING}
+    (finding,) = [f for f in trees.findings(PROBE, override(PREP), now, THEN) if f.symbol.endswith(".prepare_inputs")]
+    assert finding.status is status, finding.message
+    for word in says:
+        assert word in finding.message, finding.message
