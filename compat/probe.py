@@ -13,7 +13,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, TypeVar, cast
 
-from compat.consumer.guards import GuardExpr, HasAttr, Imports
+from compat.consumer.guards import GuardExpr, HasAttr, HasParam, Imports
 from compat.consumer.result import ClassPatch, ConsumerClass, Kind, PatchKind, Ref, RefKind, Scan, TouchPoint
 from compat.facts import Fact
 from compat.facts.lineage import FACT as LINEAGE
@@ -276,7 +276,8 @@ class ProbeContext:
 
     def guard_lookup(self, expr: GuardExpr) -> bool | None:
         """What the build says of a guard's leaf that needs its code (``compat.consumer.guards.BuildQuery``):
-        ``hasattr`` on a vLLM object, an import of vLLM names. True, False, or None (cannot tell)."""
+        ``hasattr`` on a vLLM object, a parameter of a vLLM callable, an import of vLLM names. True, False, or None
+        (cannot tell)."""
 
         def known(result: Answer) -> bool | None:
             return True if isinstance(result, Found) else (False if isinstance(result, Missing) else None)
@@ -292,6 +293,12 @@ class ProbeContext:
                     FoundKind.STATICMETHOD, FoundKind.MODULE)):
                 return None  # present, but may hold None
             return present
+        if isinstance(expr, HasParam):
+            found = self.lookup(expr.symbol)
+            signature = self.surface.signature(found) if isinstance(found, Found) else None
+            if not isinstance(signature, Signature):
+                return None
+            return any(param.name == expr.name for param in signature.parameters)
         if isinstance(expr, Imports):
             results = [known(self.lookup(s)) for s in expr.symbols]
             if all(r is True for r in results):

@@ -4,7 +4,8 @@ Understands the forms downstream projects use to guard vLLM code: ``Version(vllm
 comparisons (``packaging``, ``importlib.metadata.version("vllm")``, ``vllm.__version_tuple__``,
 string ``startswith``), helpers the consumer defines for them (``def vllm_is_at_least(v): return
 ...``, inlined with the call's literal arguments), constants bound to such a test, and
-``hasattr`` on a vLLM module or class.
+``hasattr`` on a vLLM module or class, ``find_spec`` of a vLLM module, and ``"name" in
+inspect.signature(vllm_fn).parameters``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from compat.consumer.guards import (
     Const,
     GuardExpr,
     HasAttr,
+    HasParam,
     Imports,
     Not,
     Opaque,
@@ -33,6 +35,7 @@ from compat.consumer.version_helpers import (
     Function,
     HelperRun,
     Installed,
+    Params,
     Spec,
     TargetModule,
     Tup,
@@ -81,6 +84,10 @@ class ConditionReader:
         module = env.get("__module__")
         if module is not None:
             return self._helper_value(node, env, module, depth)
+        if isinstance(node, ast.Attribute) and node.attr == "parameters" and isinstance(node.value, ast.Call) and \
+                called_name(node.value) == "signature" and len(node.value.args) == 1:
+            owner = self.resolve(node.value.args[0])  # ``inspect.signature(vllm_fn).parameters``
+            return Params(owner.path) if isinstance(owner, Sym) else None
         if isinstance(node, (ast.Name, ast.Attribute)):
             if isinstance(node, ast.Attribute) and node.attr == "version" and isinstance(node.value, ast.Call):
                 inner = self._dist_call(node.value)
@@ -178,6 +185,11 @@ class ConditionReader:
                 mode = VersionForm.STRING if left.form == VersionForm.STRING else VersionForm.VERSION
                 listed = Any_(tuple(VersionCmp("==", str(v), mode) for v in right.value))
                 parts.append(listed if isinstance(op, ast.In) else Not(listed))
+            elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, Params) and isinstance(left, Lit) and \
+                    isinstance(left.value, str):
+                # ``"name" in inspect.signature(vllm_fn).parameters``
+                takes = HasParam(right.symbol, left.value)
+                parts.append(takes if isinstance(op, ast.In) else Not(takes))
             elif isinstance(op, (ast.Is, ast.IsNot)) and right == Lit(None) and isinstance(left, (Spec, HasAttr)):
                 # ``find_spec("vllm.x") is not None``, ``getattr(vllm_obj, "a", None) is None``
                 present = Imports((left.module,)) if isinstance(left, Spec) else left

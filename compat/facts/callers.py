@@ -194,6 +194,10 @@ def _receiver_class(surface: StaticSurface, value: ast.expr, function: ast.AST, 
     """The class the build declares ``value`` as, for ``self``, ``cls``, ``self.a.b`` chains in a method, a
     parameter annotated with a class of the build (``runner: GPUModelRunner``) and ``current_platform``; ""
     otherwise."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super" and owner:
+        # ``super().m(...)`` in a method of ``owner``: the object is an instance of ``owner`` (or a subclass of it)
+        found = surface.lookup(owner)
+        return found.path if isinstance(found, Found) and found.kind == FoundKind.CLASS else ""
     chain: list[str] = []
     while isinstance(value, ast.Attribute):
         chain.append(value.attr)

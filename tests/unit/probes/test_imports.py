@@ -111,3 +111,31 @@ def test_import_module_in_a_try_guards_its_fallback(trees):
               "except ImportError:\n    from vllm.engine import Scheduler\n")
     findings = {f.symbol: f for f in trees.findings(PROBE, source, READY)}
     assert "not run with this build" in findings["vllm.engine.Scheduler"].message
+
+
+SIGNED = '''
+import inspect
+
+from vllm.engine import Engine
+
+if {test}:
+    from vllm.moved.place import Scheduler
+else:
+    from vllm.engine import Gone
+'''
+
+
+@pytest.mark.parametrize(("test", "build_takes", "status"), [
+    pytest.param('"ready" in inspect.signature(Engine.start).parameters', True, Status.OK, id="takes"),
+    pytest.param('"ready" in inspect.signature(Engine.start).parameters', False, Status.BROKEN, id="does-not-take"),
+    pytest.param('"ready" not in inspect.signature(Engine.start).parameters', True, Status.BROKEN,
+                 id="negated-takes"),
+])
+def test_a_parameter_of_a_vllm_callable_tested_by_signature_is_decided_by_the_build(trees, test, build_takes, status):
+    """``"x" in inspect.signature(vllm_fn).parameters``: the build's signature decides which branch runs."""
+    params = "self, ready=False" if build_takes else "self"
+    build = {**BUILD, "vllm/engine.py": f"class Engine:\n    def start({params}):\n        return None\n"}
+    findings = [f for f in trees.findings(PROBE, SIGNED.format(test=test), build) if f.symbol == "vllm.engine.Gone"]
+    assert [f.status for f in findings] == [status], [f.message for f in findings]
+    if status is Status.OK:
+        assert "not run with this build" in findings[0].message
