@@ -15,6 +15,10 @@ Each run says whether ``vllm`` was in ``sys.modules`` when the audit ended (aske
 and whether it started the runtime confirmation's engines. The runs write and use bytecode caches
 (``PYTHONDONTWRITEBYTECODE`` is cleared for them), as an installed package has: without them every run compiles
 the tool's sources again, which costs about 0.2 s.
+
+Each warm run is paired with a bare ``python -c pass`` started right before it (the same interpreter, the same
+environment): the ratio of the two medians is the audit's cost in units of starting Python, which a loaded or
+slow machine changes far less than it changes seconds. Aim (#36): within 10x.
 """
 
 from __future__ import annotations
@@ -55,6 +59,15 @@ def run_once(cache: str, vllm: str | None) -> Run:
     return Run(elapsed, said.endswith("True"), "confirming the static verdicts on real engines" in proc.stderr)
 
 
+def bare_python() -> float:
+    """One ``python -c pass``, the floor every process pays."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm", default=None, help="a build spec (default: none, as the default audit)")
@@ -66,7 +79,10 @@ def main() -> None:
         for memo in Path(cache, "surfaces").glob("*.json"):
             memo.unlink()
         parse_only = run_once(cache, args.vllm)
-        warm = [run_once(cache, args.vllm) for _ in range(args.repeat)]
+        warm, bare = [], []
+        for _ in range(args.repeat):
+            bare.append(bare_python())
+            warm.append(run_once(cache, args.vllm))
     every = [cold, parse_only, *warm]
     times = [w.seconds for w in warm]
     print(f"audit of speculators 0.3.0, --confirm auto, {'--vllm ' + args.vllm if args.vllm else 'no --vllm'} "
@@ -75,6 +91,8 @@ def main() -> None:
     print(f"cold parse (downloads cached, no memo):      {parse_only.seconds:6.2f} s")
     print(f"warm (median of {args.repeat}, process start included): {statistics.median(times):6.2f} s "
           f"(min {min(times):.2f}, max {max(times):.2f})")
+    print(f"bare python -c pass (median of {args.repeat}, paired): {statistics.median(bare):6.3f} s; "
+          f"warm audit / bare python: {statistics.median(times) / statistics.median(bare):.1f}x (aim: within 10x)")
     imported = sum(r.imported for r in every)
     print(f"vllm imported: in {imported} of {len(every)} runs")
     print(f"runtime confirmation engines started: {'yes' if any(r.engines for r in every) else 'no'}")

@@ -11,8 +11,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from compat.gate.progress import ProgressBar
 from compat.gate.rules import RULES, STRUCTURAL
+from compat.progress import ProgressBar
 
 from .conftest import ROOT
 from .gate_files import layered, write_speculators, write_vllm

@@ -132,7 +132,7 @@ def test_a_scan_reports_its_progress_module_by_module(tmp_path):
 def test_the_bar_names_what_it_counts():
     import io
 
-    from compat.gate.progress import ProgressBar
+    from compat.progress import ProgressBar
 
     stream = io.StringIO()
     ProgressBar(stream, unit="module walks")(3, 6)

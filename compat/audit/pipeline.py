@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
-from compat.audit import allowlist
+from compat.audit import allowlist, memo
 from compat.audit.result import AuditResult
 from compat.consumer.guards import evaluate, render
 from compat.consumer.pins import resolve_pin
@@ -68,7 +68,7 @@ class Auditor:
     """The builds consumers were written for, opened once per auditor (a matrix audits many builds against one)."""
 
     def scan_consumer(self) -> Scan:
-        from compat.gate.progress import ProgressBar
+        from compat.progress import ProgressBar
 
         # A cold scan of a large consumer takes seconds: a bar on a terminal (never in logs or CI).
         scan = cached_scan(open_consumer(self.options.consumer, self.options.target), self.options.target,
@@ -114,13 +114,19 @@ class Auditor:
                                     fix="report the traceback: the scan could not read this code; the rest was "
                                         "audited" if problem.traceback else "fix the file's syntax; the rest was "
                                                                             "audited"))
-        found = run_probes(ctx)
-        if installed:
-            found += self._confirm(ctx, found, notes)
-        findings.extend(fold_consequences(annotate_runtime(found)))
-        for used in (surface, reference):
-            if used is not None:
-                used.save()
+        kept = memo.key(scan, surface, reference, self.options, installed)
+        judged = memo.load(kept) if kept else None
+        if judged is None:
+            found = run_probes(ctx)
+            if installed:
+                found += self._confirm(ctx, found, notes)
+            judged = fold_consequences(annotate_runtime(found))
+            for used in (surface, reference):
+                if used is not None:
+                    used.save()
+            if kept:
+                memo.save(kept, judged)
+        findings.extend(judged)
         if self.options.allow is not None:
             findings = allowlist.apply(findings, allowlist.load(self.options.allow))
         findings.sort(key=lambda f: (f.status.rank, *by_place(f), f.check, f.symbol))

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import Specifier
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -34,6 +33,8 @@ def target_names(target: str) -> frozenset[str]:
 
 def choose_pin(requires: Sequence[str], requires_at: Sequence[str], target: str) -> Pin | None:
     """The pin that says which build the consumer was written for: the first bounded one, else the first open one."""
+    from packaging.requirements import InvalidRequirement, Requirement  # its grammar costs every audit 30 ms
+
     names = target_names(target)
     first_open: Pin | None = None
     for number, text in enumerate(requires):
@@ -93,6 +94,8 @@ def resolve_pin(scan: Scan, releases: Callable[[], Sequence[Version]]) -> Scan:
     pin = scan.pin
     if pin is None or pin.kind != PinKind.RANGE or pin.build is not None:
         return scan
+    from packaging.requirements import Requirement
+
     from compat.sources import index  # the package index, asked only here
 
     specifier = str(Requirement(pin.requirement).specifier)

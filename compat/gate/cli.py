@@ -152,7 +152,7 @@ def _gate(argv: list[str] | None) -> int:
     fmt = Format(_choice(args.format, [f.value for f in Format], "--format"))
     _choice(args.color, ["auto", "always", "never"], "--color")
     options = options_from(args)
-    from compat.gate.progress import ProgressBar
+    from compat.progress import ProgressBar
 
     result = run_gate(options, ProgressBar.for_terminal(not args.no_progress))
     # the gate's findings keep the detailed terminal view (one per file and rule, each message read in full)

@@ -88,27 +88,39 @@ class CachedSurface:
         key = f"{FORMAT}:{_code_fingerprint()}:{inner.index.root.resolve()}:{inner.package}"
         digest = hashlib.sha256(key.encode()).hexdigest()[:24]
         self.path = cache_dir() / "surfaces" / f"{digest}.json"
-        self.memo: dict[str, Any] = {}
+        self._memo: dict[str, Any] | None = None
         self.facts: dict[str, Any] = {}
         """Facts decoded from the memo (or just read) in this process, by memo key."""
-        self.files: dict[str, list[int]] = {}
+        self._files: dict[str, list[int]] = {}
         self.dirty = False
-        self._load()
 
     # ---- persistence ---------------------------------------------------------------------
-    def _load(self) -> None:
+    @property
+    def memo(self) -> dict[str, Any]:
+        """The answers kept, read from the cache at the first question (an audit whose findings are kept asks
+        none)."""
+        if self._memo is None:
+            self._memo, self._files = self._load()
+        return self._memo
+
+    @property
+    def files(self) -> dict[str, list[int]]:
+        self.memo  # noqa: B018 - loaded with the memo
+        return self._files
+
+    def _load(self) -> tuple[dict[str, Any], dict[str, list[int]]]:
         try:
             data = json.loads(self.path.read_text())
         except (OSError, ValueError):
-            return
+            return {}, {}
         for file, (size, mtime) in data.get("files", {}).items():
             try:
                 stat = os.stat(file)
             except OSError:
-                return
+                return {}, {}
             if stat.st_size != size or stat.st_mtime_ns != mtime:
-                return
-        self.memo, self.files = data.get("memo", {}), data.get("files", {})
+                return {}, {}
+        return data.get("memo", {}), data.get("files", {})
 
     def save(self) -> None:
         for path in self.inner.index.parsed_files:
