@@ -187,6 +187,11 @@ class ModuleVisitor(ast.NodeVisitor):
                 function = self.index.functions.get(value.qualname)
                 self.replacement_touch(target, base.path, target.attr, Replacement(
                     value.qualname, PatchKind.REPLACE, from_def(function) if function is not None else None))
+            elif isinstance(base, Sym) and source is not None:
+                # ``vllm.config.current_platform = my_platform``: a value, not code, set on a vLLM module or class;
+                # the name is the consumer's where vLLM lacks it (an import of it then finds it).
+                self.found.class_patches.append(ClassPatch(base.path, ast.unparse(source)[:80], (target.attr,),
+                                                           self.loc(target), PatchKind.PATCH))
             if isinstance(base, SelfOf):
                 info = self.index.classes.get(base.qualname)
                 if info is not None and value is not None:

@@ -139,3 +139,17 @@ def test_a_parameter_of_a_vllm_callable_tested_by_signature_is_decided_by_the_bu
     assert [f.status for f in findings] == [status], [f.message for f in findings]
     if status is Status.OK:
         assert "not run with this build" in findings[0].message
+
+
+@pytest.mark.parametrize(("store", "status"), [
+    pytest.param("vllm.engine.platform = object()", Status.OK, id="value-set-on-the-module"),
+    pytest.param("setattr(vllm.engine, 'platform', object())", Status.OK, id="setattr-of-a-value"),
+    pytest.param("other = object()", Status.BROKEN, id="not-set"),
+])
+def test_a_name_the_consumer_sets_on_a_vllm_module_imports(trees, store, status):
+    """vllm-mindspore sets ``vllm.config.current_platform = ascend_platform`` in its ``__init__`` and imports it
+    from ``vllm.config`` elsewhere: a value (not only a def or class) set on a vLLM module is the consumer's name."""
+    consumer = {"plug/__init__.py": f"import vllm.engine\n\n{store}\n",
+                "plug/use.py": "from vllm.engine import platform\n"}
+    findings = [f for f in trees.findings(PROBE, consumer, BUILD) if f.symbol == "vllm.engine.platform"]
+    assert [f.status for f in findings] == [status], [f.message for f in findings]
