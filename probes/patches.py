@@ -174,8 +174,8 @@ def _completed_below(ctx: ProbeContext, qualname: str, missing: set[str]) -> boo
 
 def _stand_in(ctx: ProbeContext, patcher: str, cls: Found) -> tuple[Status, str] | None:
     """A consumer class assigned over vLLM's class ``cls`` without deriving from it: vLLM's code calls the methods
-    of ``cls`` on what it finds there, so each method vLLM calls (on a receiver declared as ``cls`` or a class
-    related to it) must be on the replacement, and take what the call passes. With the build it was written for,
+    of ``cls`` on what it finds there, so each method vLLM calls (on a receiver declared as ``cls`` or a base of
+    it, outside that class's own methods) must be on the replacement, and take what the call passes. With the build it was written for,
     a method vLLM called there too is left out: the replacement worked there, so that call is not on its path.
     None where the replacement derives from ``cls`` (what it lacks is inherited) or is not a consumer class."""
     mine = ctx.consumer_class(patcher)
@@ -194,10 +194,14 @@ def _stand_in(ctx: ProbeContext, patcher: str, cls: Found) -> tuple[Status, str]
         return None
     related = set(ctx.fact(LINEAGE, cls.path).ancestors) | {cls.path}
 
+    def reaches(site: CallSite) -> bool:
+        """Only a receiver declared as the class (or a base of it) may be what vLLM finds where the replacement
+        was put; ``self``/``super()`` in a method of vLLM's own class is an object of that class, and vLLM's
+        subclasses were made over the original: neither ever is the replacement."""
+        return site.receiver in related and site.receiver != site.function.rpartition(".")[0]
+
     def calls(name: str, surface: Surface | None = None) -> list[CallSite]:
-        return [site for site in ctx.fact(CALLERS, name, surface=surface).sites
-                if site.receiver and (site.receiver in related or cls.path in ctx.fact(
-                    LINEAGE, site.receiver, surface=surface).ancestors)]
+        return [site for site in ctx.fact(CALLERS, name, surface=surface).sites if reaches(site)]
 
     missing, refused, called = [], [], 0
     for klass in static.mro(model)[0]:
