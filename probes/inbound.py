@@ -80,7 +80,7 @@ class InboundProbe(Probe):
                 continue
             own = {f"{a}.{name}" for a in ctx.fact(LINEAGE, base.path).ancestors}  # the hook's own definitions
             judged = [(s, reaches(ctx, s, base.path, patch.names, worker)) for s in ctx.fact(CALLERS, name).sites
-                      if s.function not in own]
+                      if s.function not in own and not s.handles_not_implemented]  # a caught raise is no failure
             general = [s for s, how in judged if how == Reach.CERTAIN and not _device_specific(s.at) and not s.guarded]
             sites = general or [s for s, how in judged if how]
             if not sites:

@@ -175,8 +175,9 @@ def _completed_below(ctx: ProbeContext, qualname: str, missing: set[str]) -> boo
 def _stand_in(ctx: ProbeContext, patcher: str, cls: Found) -> tuple[Status, str] | None:
     """A consumer class assigned over vLLM's class ``cls`` without deriving from it: vLLM's code calls the methods
     of ``cls`` on what it finds there, so each method vLLM calls (on a receiver declared as ``cls`` or a base of
-    it, outside that class's own methods) must be on the replacement, and take what the call passes. With the build it was written for,
-    a method vLLM called there too is left out: the replacement worked there, so that call is not on its path.
+    it, outside that class's own methods) must be on the replacement, and take what the call passes. With the
+    build it was written for, a method vLLM called there too is left out: the replacement worked there, so that
+    call is not on its path.
     None where the replacement derives from ``cls`` (what it lacks is inherited) or is not a consumer class."""
     mine = ctx.consumer_class(patcher)
     static = consequence.static_surface(ctx)

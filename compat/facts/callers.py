@@ -54,6 +54,9 @@ class CallSite:
     """The class the build declares the receiver as (``self`` in a method of ``K``: ``K``; ``self.scheduler``:
     the annotation of ``K.scheduler``; ``current_platform``: ``Platform``); "" when it is not declared (an RPC's
     receiver is the workers)."""
+    handles_not_implemented: bool = False
+    """The call sits in a ``try`` whose handlers catch ``NotImplementedError`` (by name, or a base of it): a hook
+    left raising it makes the caller take its fallback, not fail."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,28 @@ def _guarded(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -> 
         if isinstance(stmt, ast.If) and any(isinstance(s, (ast.Return, ast.Raise)) for s in stmt.body) and \
                 _feature_test(stmt.test, function):
             return True
+    return False
+
+
+_CATCH_NOT_IMPLEMENTED = frozenset({"NotImplementedError", "RuntimeError", "Exception", "BaseException"})
+
+
+def _handles_not_implemented(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -> bool:
+    """The call is in the body of a ``try`` (in its function) with a handler that catches ``NotImplementedError``:
+    by that name, a base of it, or a bare ``except``."""
+    node: ast.AST = call
+    while node is not function:
+        parent = parents.get(id(node))
+        if parent is None:
+            return False
+        if isinstance(parent, ast.Try) and any(node is stmt for stmt in parent.body):
+            for handler in parent.handlers:
+                caught = handler.type
+                names = [] if caught is None else caught.elts if isinstance(caught, ast.Tuple) else [caught]
+                if caught is None or any((n.id if isinstance(n, ast.Name) else n.attr if isinstance(
+                        n, ast.Attribute) else "") in _CATCH_NOT_IMPLEMENTED for n in names):
+                    return True
+        node = parent
     return False
 
 
@@ -324,7 +349,8 @@ def _module_sites(surface: StaticSurface, info: ModuleInfo, name: str) -> list[C
         sites.append(CallSite(f"{info.relpath}:{call.lineno}", found.where, positional, keywords, unpacks, found.rpc,
                               _reads(function, call, indexed.parents), ast.unparse(call)[:200],
                               _guarded(function, call, indexed.parents), receiver,
-                              _condition(function, call, indexed.parents)[:400]))
+                              _condition(function, call, indexed.parents)[:400],
+                              _handles_not_implemented(function, call, indexed.parents)))
     return sites
 
 

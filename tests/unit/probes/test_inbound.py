@@ -23,6 +23,12 @@ ENTRY_POINT_ONLY = {path: text.format(**{**NEW, "extra_rpc": ""}) for path, text
     "vllm/entrypoints/rl.py": "from vllm.v1.executor.abstract import Executor\n\n\n"
                               "def reload(executor: Executor):\n    executor.collective_rpc(\"discard\")\n"}
 
+# The hook's call in a try that takes a fallback where it raises NotImplementedError (vLLM 0.14.0's
+# stateless_init_device_torch_dist_pg, distributed/utils.py: gloo then).
+CAUGHT = {path: text.format(**{**NEW, "seed": "try:\n                current_platform.manual_seed_all(seed)\n"
+                                              "            except {caught}:\n                return seed"})
+          for path, text in BUILD.items()}
+
 PLUGIN = BROKEN_PLUGIN.format(scheduler="")
 
 
@@ -131,3 +137,14 @@ def test_a_hook_called_in_a_conditional_expression_is_read_with_its_condition(tr
     found = [f for f in trees.findings(PROBE, WORKER_PLUGIN, {**new, "vllm/v1/engine/core.py": core}, old)
              if f.symbol.endswith(":sample_tokens") or f.status is Status.ERROR]
     assert [f.status for f in found] == [Status.BROKEN], [f.message for f in found]
+
+
+@pytest.mark.parametrize(("caught", "status"), [
+    pytest.param("NotImplementedError", None, id="caught-by-name"),
+    pytest.param("(ValueError, RuntimeError)", None, id="caught-by-a-base"),
+    pytest.param("ValueError", Status.BROKEN, id="not-caught"),
+])
+def test_a_hook_vllm_calls_in_a_try_that_catches_its_raise_is_no_failure(trees, caught, status):
+    vllm = {path: text.replace("{caught}", caught) for path, text in CAUGHT.items()}
+    findings = [f for f in trees.findings(PROBE, PLUGIN, vllm, THEN) if "manual_seed_all" in f.message]
+    assert [f.status for f in findings] == ([status] if status else []), [f.message for f in findings]
