@@ -72,7 +72,7 @@ class VllmCalls:
         text = ", ".join(f"{site.at}" for site in self.sites[:4]) + (
             f" and {len(self.sites) - 4} more" if len(self.sites) > 4 else "") or "none"
         if self.set_aside:
-            text += f"; set aside, in methods the consumer overrides: {', '.join(self.set_aside[:4])}"
+            text += f"; set aside, in methods the consumer overrides or replaces: {', '.join(self.set_aside[:4])}"
         return text
 
 
@@ -100,9 +100,9 @@ def vllm_calls(ctx: ProbeContext, name: str | None, sig: Signature, owner: str =
         if sig.bind(site_shape(site), name):
             continue  # not a call of this method (another class's method of the same name)
         owner, _, method = site.function.rpartition(".")
-        if ctx.stand_in_defining(owner, method) is not None and not any(
-                method in cls.extends for cls in ctx.scan.classes):
-            aside.append(site.at)
+        if (ctx.stand_in_defining(owner, method) is not None and not any(
+                method in cls.extends for cls in ctx.scan.classes)) or ctx.replaced(site.function) is not None:
+            aside.append(site.at)  # the def it sits in is the consumer's own now: its code calls instead
             continue
         sites.append(site)
     unknown = f"; those at {', '.join(unpacking[:3])} pass *args/**kwargs" if unpacking else ""

@@ -134,6 +134,15 @@ def install():
     setattr(getattr(runner, "Runner"), "prepare_inputs", my_prepare)
 '''
 
+CALLER_REPLACED = '''
+
+def my_drive(runner, batch, out):
+    return runner.prepare_inputs(batch)
+
+
+importlib.import_module("vllm.runner").drive = my_drive
+'''
+
 INNER_CLASS = '''
 import importlib
 
@@ -209,6 +218,9 @@ CASES = [
     # A patch by setattr on a class fetched by getattr from importlib.import_module: judged as if written out.
     pytest.param(SETATTR, build(prepare=", out", site=DRIVES), THEN, "prepare_inputs", Status.BROKEN,
                  ["vLLM calls it at vllm/runner.py", "consumer.my_prepare", "refuses"], id="setattr-patch"),
+    # vLLM's only call of it sits in a function the consumer replaces too: its own code calls instead.
+    pytest.param(SETATTR + CALLER_REPLACED, build(prepare=", out", site=DRIVES), THEN, "prepare_inputs",
+                 Status.OK, ["set aside", "vllm/runner.py"], id="setattr-patch-whose-caller-is-replaced"),
     # An override in a class made inside a function over a base fetched at run time.
     pytest.param(INNER_CLASS, build(prepare=", out", site=DRIVES), THEN, "prepare_inputs", Status.BROKEN,
                  ["consumer.install.Patched.prepare_inputs", "refuses"], id="override-in-a-class-made-in-a-function"),
