@@ -198,7 +198,7 @@ class ProbeContext:
                                                            and self._vllms(patch.target, name)):
                         # vLLM's own name, whose code the consumer replaces: its calls run the consumer's.
                         own = surface.member(target, name)
-                        if isinstance(own, Found):
+                        if isinstance(own, Found) and not patch.wraps:  # a wrapper may still run vLLM's code
                             replaced.setdefault(own.path, where)
                         if patch.kind == PatchKind.REPLACE:
                             added.setdefault((target.path, name), where)

@@ -275,12 +275,24 @@ class ConditionReader:
                 return HasAttr(owner.path, attr.value, not_none=not_none)
             if isinstance(owner, SelfOf) and f"{owner.qualname}.{attr.value}" in self.index.functions:
                 return Const(True)  # the consumer class defines the method itself
+            if isinstance(owner, SelfOf) and self._sets_itself(owner.qualname, attr.value):
+                return None  # ``self.shift_model = ...`` on some path of the consumer's own: its state, not the build's
             if isinstance(owner, SelfOf) and owner.base:
                 return HasAttr(owner.base, attr.value, instance=True, not_none=not_none)
             if isinstance(owner, Obj) and owner.ref.kind == RefKind.SELF and owner.ref.symbol:
                 return HasAttr(owner.ref.symbol, attr.value, instance=True, not_none=not_none)
             return None
         return self._inline_helper(node, env, depth)
+
+    def _sets_itself(self, qualname: str, name: str) -> bool:
+        """The consumer class, a consumer base or a consumer subclass of it defines or stores ``name`` itself."""
+        info = self.index.classes.get(qualname)
+        if info is None:
+            return False
+        if name in self.index.declared_names(info):
+            return True
+        return any(name in c.own_names() for c in self.index.classes.values()
+                   if c is not info and info in self.index.lineage(c))
 
     def _inline_helper(self, node: ast.Call, env: dict[str, Any], depth: int) -> Any:
         """A consumer helper, run for the default build with the call's arguments (``compat.consumer.version_helpers``).

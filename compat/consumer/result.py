@@ -267,6 +267,8 @@ class ClassPatch:
     declared; a replacement (``vllm.mod.f = my_f``, ``Cls.__init__ = my_init``) runs the consumer's code there."""
     other_bases: tuple[str, ...] = ()
     """For a subclass: the vLLM classes it also extends after ``target`` (``class R(Runner, LoRAMixin)``)."""
+    wraps: bool = False
+    """For a replacement: it is made from vLLM's own (``Cls.m = wrap(Cls.m)``), which it may still run."""
 
 
 @dataclass(frozen=True)

@@ -180,10 +180,13 @@ class ModuleVisitor(ast.NodeVisitor):
             self.bind(target.id, value)
         elif isinstance(target, ast.Attribute):
             base = self.eval(target.value)
+            # ``Cls.m = wrap(Cls.m)``: made from vLLM's own, which may still run
+            wraps = isinstance(source, ast.Call) and any(
+                ast.dump(arg) == ast.dump(target).replace("ctx=Store()", "ctx=Load()") for arg in source.args)
             if isinstance(base, Sym) and isinstance(value, Local):
                 # `vllm.mod.f = my_f`, `VllmClass.__init__ = my_init`: the consumer's code runs where vLLM's did.
                 self.found.class_patches.append(ClassPatch(base.path, value.qualname, (target.attr,),
-                                                           self.loc(target), PatchKind.REPLACE))
+                                                           self.loc(target), PatchKind.REPLACE, wraps=wraps))
                 function = self.index.functions.get(value.qualname)
                 self.replacement_touch(target, base.path, target.attr, Replacement(
                     value.qualname, PatchKind.REPLACE, from_def(function) if function is not None else None))
@@ -191,7 +194,7 @@ class ModuleVisitor(ast.NodeVisitor):
                 # ``vllm.config.current_platform = my_platform``: a value, not code, set on a vLLM module or class;
                 # the name is the consumer's where vLLM lacks it (an import of it then finds it).
                 self.found.class_patches.append(ClassPatch(base.path, ast.unparse(source)[:80], (target.attr,),
-                                                           self.loc(target), PatchKind.PATCH))
+                                                           self.loc(target), PatchKind.PATCH, wraps=wraps))
             if isinstance(base, SelfOf):
                 info = self.index.classes.get(base.qualname)
                 if info is not None and value is not None:

@@ -153,3 +153,15 @@ def test_a_name_the_consumer_sets_on_a_vllm_module_imports(trees, store, status)
                 "plug/use.py": "from vllm.engine import platform\n"}
     findings = [f for f in trees.findings(PROBE, consumer, BUILD) if f.symbol == "vllm.engine.platform"]
     assert [f.status for f in findings] == [status], [f.message for f in findings]
+
+
+@pytest.mark.parametrize("where", ["the-class", "a-subclass"])
+def test_hasattr_on_self_of_what_the_consumer_stores_itself_is_not_a_test_of_the_build(trees, where):
+    """arctic-inference 0.2.0's ``has_shift = hasattr(self, "shift_model")``: the runner patch sets
+    ``self.shift_model`` itself on one path, so the test is of its own state, and the branch is judged as code
+    that may run (it was `unknown`, hiding a true break)."""
+    source = GUARDED.format(module="vllm.moved.place", test="not", has='hasattr(self, "mine")')
+    store = "    def load(self):\n        self.mine = 1\n"
+    source += store if where == "the-class" else f"\n\nclass Sub(MyEngine):\n{store}"
+    findings = [f for f in trees.findings(PROBE, source, READY) if f.symbol == "vllm.engine.Gone"]
+    assert [f.status for f in findings] == [Status.BROKEN], [f.message for f in findings]

@@ -143,6 +143,19 @@ def my_drive(runner, batch, out):
 importlib.import_module("vllm.runner").drive = my_drive
 '''
 
+CALLER_WRAPPED = '''
+import vllm.runner
+
+
+def wrap(func):
+    def new_func(*args, **kwargs):
+        return func(*args, **kwargs)
+    return new_func
+
+
+vllm.runner.drive = wrap(vllm.runner.drive)
+'''
+
 INNER_CLASS = '''
 import importlib
 
@@ -221,6 +234,10 @@ CASES = [
     # vLLM's only call of it sits in a function the consumer replaces too: its own code calls instead.
     pytest.param(SETATTR + CALLER_REPLACED, build(prepare=", out", site=DRIVES), THEN, "prepare_inputs",
                  Status.OK, ["set aside", "vllm/runner.py"], id="setattr-patch-whose-caller-is-replaced"),
+    # ... but a replacement made from vLLM's own def (a wrapper) may still run it, and its call with it.
+    pytest.param(SETATTR + CALLER_WRAPPED, build(prepare=", out", site=DRIVES), THEN, "prepare_inputs",
+                 Status.BROKEN, ["vLLM calls it at vllm/runner.py", "refuses"],
+                 id="setattr-patch-whose-caller-is-wrapped"),
     # An override in a class made inside a function over a base fetched at run time.
     pytest.param(INNER_CLASS, build(prepare=", out", site=DRIVES), THEN, "prepare_inputs", Status.BROKEN,
                  ["consumer.install.Patched.prepare_inputs", "refuses"], id="override-in-a-class-made-in-a-function"),
