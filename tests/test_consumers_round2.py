@@ -66,10 +66,60 @@ def test_overrides_are_judged_by_the_calls_that_reach_them_on_kunlun(kunlun, bui
     assert any(f.status is Status.BROKEN and f.symbol == "vllm.platforms.interface._Backend" for f in result.findings)
 
 
-def test_hasattr_on_self_in_a_subclass_of_a_vllm_class_is_a_guard_the_build_answers(kunlun, build):
+def test_hasattr_on_self_is_a_test_of_the_build_only_where_the_consumer_does_not_set_it(kunlun):
     """kunlun's GPUModelRunner (over vLLM's model-runner mixins) loads the drafter under ``hasattr(self,
-    "drafter")``: a guard on the vLLM base that the build answers (present: runs; absent: not known, since the
-    instance may be given it), no longer code judged as if it always ran."""
+    "drafter")``; its own __init__ sets ``self.drafter`` (gpu_model_runner.py:281-288), so the test is of its own
+    state, not of the build: the code under it may run with any build and is judged. Its ``hasattr`` tests of
+    names only vLLM's classes define are guards the build answers (tests/unit/probes/test_imports.py)."""
     drafter = [tp for tp in kunlun.touchpoints if tp.location.file == "vllm_kunlun/v1/worker/gpu_model_runner.py"
                and tp.location.line == 2665]
-    assert drafter and all(any(g.text == "hasattr(self, 'drafter')" for g in tp.guards) for tp in drafter)
+    assert drafter and not any("drafter" in g.text for tp in drafter for g in tp.guards), \
+        [g.text for tp in drafter for g in tp.guards]
+
+
+@pytest.fixture(scope="module")
+def mindspore():
+    return scan_tree(sources.tree_from_release("vllm-mindspore", "0.5.1"))
+
+
+def test_what_vllm_mindspore_puts_in_vllm_s_place_is_judged_as_it_runs(mindspore, build):
+    """vllm-mindspore 0.5.1 (held out, read against both sources at 0.11.0, the release it was written for, and at
+    0.14.0): six of its 14 broken findings at 0.11.0 were false alarms, now gone, while the true ones stay."""
+    at_11 = _audit(mindspore, build, "0.11.0")
+    by_place = {(f.check, f.consumer_location): f for f in at_11.findings if f.check == "patch"}
+    # Five LoRA layer classes assigned into vllm.lora.layers without deriving from vLLM's: vLLM's own
+    # *WithShardedLoRA subclasses were made over the originals, so their super().can_replace_layer(...,
+    # decorate=False) never reaches the replacements.
+    for line in (153, 154, 156, 158, 159):
+        lora = by_place[("patch", f"vllm_mindspore/__init__.py:{line}")]
+        assert lora.status is not Status.BROKEN, lora.message
+    # ``vllm.config.current_platform = ascend_platform`` (__init__.py:55), imported from vllm.config elsewhere.
+    (platform,) = [f for f in at_11.findings if f.symbol == "vllm.config.current_platform"
+                   and f.consumer_location == "vllm_mindspore/model_executor/layers/logits_processor.py:27"]
+    assert platform.status is Status.OK and "defined by the consumer at vllm_mindspore/__init__.py:55" in \
+        platform.message, platform.message
+    # The true break at the written-for release stays: TensorizerArgs.deserializer_params, renamed in 0.11.0.
+    assert any(f.status is Status.BROKEN and f.consumer_location == "vllm_mindspore/lora/models.py:180"
+               for f in at_11.findings)
+
+    at_14 = _audit(mindspore, build, "0.14.0", "0.11.0")
+    broken = {(f.check, f.consumer_location, f.symbol) for f in at_14.findings if f.status is Status.BROKEN}
+    # A hook vLLM calls in a try that falls back where it raises NotImplementedError (gloo then).
+    assert not any(check == "inbound" and symbol.endswith(":stateless_init_device_torch_dist_pg")
+                   for check, _, symbol in broken), sorted(broken)
+    # vLLM's only call of _reshape_kv_cache_tensors sits in initialize_kv_cache_tensors, which the plugin
+    # replaces too; but execute_model is wrapped (``wrap(GPUModelRunner.execute_model)``), so vLLM's call of
+    # _prepare_inputs in it still reaches the plugin's one-argument replacement: a true break.
+    assert not any(symbol.endswith("._reshape_kv_cache_tensors") for _, _, symbol in broken), sorted(broken)
+    assert ("patch", "vllm_mindspore/__init__.py:298",
+            "vllm.v1.worker.gpu_model_runner.GPUModelRunner._prepare_inputs") in broken, sorted(broken)
+
+
+def test_hasattr_on_self_of_what_the_consumer_stores_itself_is_not_a_test_of_the_build(build):
+    """arctic-inference 0.2.0's ``has_shift = hasattr(self, "shift_model")`` tests the runner patch's own
+    attribute (``self.shift_model = get_model(...)``, model_runner.py:1707): the call it guards at 0.18.0, of a
+    method neither vLLM nor arctic defines, is broken, not unknown."""
+    scan = scan_tree(sources.tree_from_release("arctic-inference", "0.2.0"))
+    result = _audit(scan, build, "0.18.0")
+    shift = [f for f in result.findings if f.consumer_location == "arctic_inference/vllm/model_runner.py:1956"]
+    assert [f.status for f in shift] == [Status.BROKEN], [f.message for f in shift]

@@ -181,8 +181,8 @@ class ModuleVisitor(ast.NodeVisitor):
         elif isinstance(target, ast.Attribute):
             base = self.eval(target.value)
             # ``Cls.m = wrap(Cls.m)``: made from vLLM's own, which may still run
-            wraps = isinstance(source, ast.Call) and any(
-                ast.dump(arg) == ast.dump(target).replace("ctx=Store()", "ctx=Load()") for arg in source.args)
+            wraps = isinstance(base, Sym) and isinstance(source, ast.Call) and any(
+                self.eval(arg, record=False) == Sym(f"{base.path}.{target.attr}") for arg in source.args)
             if isinstance(base, Sym) and isinstance(value, Local):
                 # `vllm.mod.f = my_f`, `VllmClass.__init__ = my_init`: the consumer's code runs where vLLM's did.
                 self.found.class_patches.append(ClassPatch(base.path, value.qualname, (target.attr,),
