@@ -373,6 +373,16 @@ class ProbeContext:
     def _classes(self) -> dict[str, ConsumerClass]:
         return {c.qualname: c for c in self.scan.classes}
 
+    @cached_property
+    def _read_names(self) -> frozenset[str]:
+        return frozenset(tp.symbol for tp in self.scan.touchpoints
+                         if (tp.kind is Kind.ATTRIBUTE and not tp.store) or tp.kind is Kind.CALL)
+
+    def reads_original(self, path: str) -> bool:
+        """The consumer reads vLLM's ``path`` as a value or calls it (``_orig_m = Cls.m``, ``wrap(Cls.m)``,
+        ``_orig_f(...)``): where it replaces it, vLLM's code may still run."""
+        return path in self._read_names
+
     def replaced(self, path: str, surface: Surface | None = None) -> str | None:
         """Where the consumer replaces vLLM's ``path`` (a function, a class, a method) with its own code, if it
         does: calls of it run the consumer's code, so vLLM's signature is not what they must bind to."""

@@ -101,8 +101,9 @@ def vllm_calls(ctx: ProbeContext, name: str | None, sig: Signature, owner: str =
             continue  # not a call of this method (another class's method of the same name)
         owner, _, method = site.function.rpartition(".")
         if (ctx.stand_in_defining(owner, method) is not None and not any(
-                method in cls.extends for cls in ctx.scan.classes)) or ctx.replaced(site.function) is not None:
-            aside.append(site.at)  # the def it sits in is the consumer's own now: its code calls instead
+                method in cls.extends for cls in ctx.scan.classes)) or (
+                ctx.replaced(site.function) is not None and not ctx.reads_original(site.function)):
+            aside.append(site.at)  # the def it sits in is the consumer's own now (and vLLM's is not kept to call)
             continue
         sites.append(site)
     unknown = f"; those at {', '.join(unpacking[:3])} pass *args/**kwargs" if unpacking else ""

@@ -156,6 +156,19 @@ def wrap(func):
 vllm.runner.drive = wrap(vllm.runner.drive)
 '''
 
+CALLER_KEPT = '''
+import vllm.runner
+
+_orig_drive = vllm.runner.drive
+
+
+def my_drive(runner, batch, out):
+    return _orig_drive(runner, batch, out)
+
+
+vllm.runner.drive = my_drive
+'''
+
 INNER_CLASS = '''
 import importlib
 
@@ -238,6 +251,9 @@ CASES = [
     pytest.param(SETATTR + CALLER_WRAPPED, build(prepare=", out", site=DRIVES), THEN, "prepare_inputs",
                  Status.BROKEN, ["vLLM calls it at vllm/runner.py", "refuses"],
                  id="setattr-patch-whose-caller-is-wrapped"),
+    pytest.param(SETATTR + CALLER_KEPT, build(prepare=", out", site=DRIVES), THEN, "prepare_inputs",
+                 Status.BROKEN, ["vLLM calls it at vllm/runner.py", "refuses"],
+                 id="setattr-patch-whose-caller-is-kept-and-called"),
     # An override in a class made inside a function over a base fetched at run time.
     pytest.param(INNER_CLASS, build(prepare=", out", site=DRIVES), THEN, "prepare_inputs", Status.BROKEN,
                  ["consumer.install.Patched.prepare_inputs", "refuses"], id="override-in-a-class-made-in-a-function"),
