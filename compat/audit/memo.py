@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import pickle
 import sys
 from dataclasses import astuple
@@ -55,8 +56,18 @@ def key(scan: Scan, surface: Surface, reference: Surface | None, options: AuditO
                  repr(reference is None), repr((options.worker_class, options.target, options.vllm_version,
                                                 options.architectures, options.all_files))):
         digest.update(part.encode() + b"\0")
-    digest.update(pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
+    digest.update(_by_value(scan))
     return digest.hexdigest()[:32]
+
+
+def _by_value(scan: Scan) -> bytes:
+    """The scan's bytes by value alone: a plain pickle records which equal objects are the same object, which differs
+    between a scan just made and the same scan read back from the cache."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.fast = True  # no memo: every object written out where it occurs
+    pickler.dump(scan)
+    return out.getvalue()
 
 
 def _path(memo_key: str) -> Path:

@@ -78,3 +78,19 @@ def test_inputs_that_may_change_are_never_kept(trees, inputs):
     assert memo.key(scan, tree, None, options, installed=False) is None
     assert memo.key(scan, surface, tree, options, installed=False) is None
     assert memo.key(scan, surface, None, options, installed=True) is None  # the runtime confirmation may run
+
+
+def test_a_scan_read_back_from_the_cache_has_the_key_of_the_scan_just_made(inputs):
+    """A plain pickle records which equal objects are one object, which differs between a fresh scan and the same
+    scan unpickled: the key must depend on values alone, or the first warm audit never finds what the cold one kept."""
+    import pickle
+
+    scan, surface = inputs
+    options = AuditOptions(written_for=None)
+    again = pickle.loads(pickle.dumps(scan))
+    assert memo.key(again, surface, None, options, False) == memo.key(scan, surface, None, options, False)
+    path = "tests/" + "left_out.py"  # one object twice, against two equal objects: the same scan by value
+    shared = replace(scan, left_out=(path, path))
+    apart = replace(scan, left_out=(path, "".join(path)))
+    assert shared == apart and pickle.dumps(shared) != pickle.dumps(apart)
+    assert memo.key(shared, surface, None, options, False) == memo.key(apart, surface, None, options, False)
