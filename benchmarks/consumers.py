@@ -96,6 +96,16 @@ def verdicts(row: dict, known: dict) -> Counter:
     return found
 
 
+def recall(rows: list[dict], known: dict) -> list[tuple[tuple[str, ...], str | None]]:
+    """The findings read as true for these audits that are not ``broken`` now, with what they are now (None: ok,
+    since only findings that are not ok are kept)."""
+    audited = {(r["consumer"], r["vllm"]) for r in rows}
+    now = {(r["consumer"], r["vllm"], f["probe"], f["consumer_location"], f["symbol"]): f["status"]
+           for r in rows for f in r["findings"]}
+    return [(key, now.get(key)) for key, c in known.items()
+            if c["class"] == "true" and (c["consumer"], c["vllm"]) in audited and now.get(key) != "broken"]
+
+
 def audit(name: str, release: str, pinned: str, later: tuple[str, ...]) -> list[dict]:
     scan = scan_tree(sources.tree_from_release(name, release))
     auditor = Auditor(AuditOptions(confirm="never"))
@@ -152,6 +162,12 @@ def main() -> int:
         share = f"{100 * read['false'] / judged:.1f}%" if judged else "n/a"
         print(f"broken at the {label} builds, read against both sources: {read['true']} true, {read['dead']} dead "
               f"code, {read['false']} false alarms ({share} of those read), {read['unread']} not read")
+    lost = recall(rows, known)
+    trues = sum(1 for c in known.values() if c["class"] == "true" and (c["consumer"], c["vllm"]) in
+                {(r["consumer"], r["vllm"]) for r in rows})
+    print(f"recall: of {trues} findings read as true for these audits, {trues - len(lost)} are broken now")
+    for key, status in lost:
+        print(f"  not broken now ({status or 'ok'}): {' '.join(key)}")
     outside = [(row, f) for row in pinned for f in row["findings"] if f["status"] == "unknown"
                and not _about_vllm(f)]
     print(f"unknown findings at the pinned builds not about a vLLM name: {len(outside)}")
