@@ -17,16 +17,34 @@ import pickle
 import sys
 from dataclasses import astuple
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from compat.audit.pipeline import AuditOptions
     from compat.consumer.result import Scan
     from compat.findings import Finding
     from compat.vllm.surface import Surface
 
 FORMAT = 1
 _RELEASE = "release "
+
+
+class ProbeOptions(Protocol):
+    """What of the audit's options the probes read (``compat.audit.pipeline.AuditOptions`` has them)."""
+
+    @property
+    def worker_class(self) -> str: ...
+
+    @property
+    def target(self) -> str: ...
+
+    @property
+    def vllm_version(self) -> str | None: ...
+
+    @property
+    def architectures(self) -> tuple[str, ...]: ...
+
+    @property
+    def all_files(self) -> bool: ...
 
 
 @functools.cache
@@ -43,7 +61,7 @@ def tool_fingerprint() -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
-def key(scan: Scan, surface: Surface, reference: Surface | None, options: AuditOptions, installed: bool) -> str | None:
+def key(scan: Scan, surface: Surface, reference: Surface | None, options: ProbeOptions, installed: bool) -> str | None:
     """The key of these findings, or None where an input may change between two audits (or the runtime
     confirmation may run)."""
     if installed or not scan.origin.startswith(_RELEASE):
