@@ -75,6 +75,14 @@ SECOND_FRESH = [
     ("vllm-spyre", "1.10.0", "0.18.0", ("0.21.0",)),
     ("tpu-inference", "0.32.0", "0.32.0", ("0.34.0",)),
 ]
+# A third pair, chosen by a helper that saw no finding (a serving framework with KV-connector and scheduler code, and a
+# fine-tuning library that patches vLLM), audited once after the second pair's false alarms were made rules:
+# ai-dynamo 1.4.0 pins vllm==0.26.0 (extra vllm); unsloth-zoo 2026.9.9 has no pin: 0.30.0 was the newest vLLM
+# release on its upload day (2026-10-01).
+THIRD_FRESH = [
+    ("ai-dynamo", "1.4.0", "0.26.0", ("0.28.0",)),
+    ("unsloth-zoo", "2026.9.9", "0.30.0", ("0.32.0",)),
+]
 # Kept aside: audited only to check the rules tuned on CORPUS (--held-out), never while tuning them. kserve pins
 # vllm==0.24.0 (extra llm); vllm-metal 0.1.0 (2026-01-07) has no pin: 0.13.0 was the newest release that day.
 HELD_OUT = [
@@ -144,15 +152,16 @@ def main() -> int:
     p.add_argument("--json", type=Path, help="write counts and non-ok findings here")
     p.add_argument("--round", type=int, choices=(1, 2), default=1,
                    help="the corpus of the first round (CORPUS, HELD_OUT) or the second (SECOND, SECOND_HELD_OUT)")
-    p.add_argument("--held-out", nargs="?", type=int, const=1, default=0, choices=[1, 2],
-                   help="audit the round's held-out consumers instead (2: the second round's second pair)")
+    p.add_argument("--held-out", nargs="?", type=int, const=1, default=0, choices=[1, 2, 3],
+                   help="audit the round's held-out consumers instead (2, 3: the second round's second and third "
+                        "pair)")
     args = p.parse_args()
     rows = []
     known = classified()
     print(f"{'consumer':28} {'vllm':8} {'touchpoints':>11} " + " ".join(f"{s:>7}" for s in STATUSES)
           + "   broken read: true/dead/false/unread")
     corpus, held_out = (CORPUS, HELD_OUT) if args.round == 1 else (
-        SECOND, SECOND_FRESH if args.held_out == 2 else SECOND_HELD_OUT)
+        SECOND, {2: SECOND_FRESH, 3: THIRD_FRESH}.get(args.held_out, SECOND_HELD_OUT))
     for entry in held_out if args.held_out else corpus:
         if args.only and args.only not in entry[0]:
             continue

@@ -120,6 +120,19 @@ class SurfaceMemo:
         return self.alone if self.adding else self.full
 
 
+def _held_classes(surface: Surface) -> dict[str, Found]:
+    """The names vLLM holds its configs under (``scheduler_config``) -> the config class, read from the build."""
+    from compat.facts.reach import config_classes
+    from compat.vllm.static import StaticSurface
+
+    static = next((s for s in (getattr(surface, "inner", None), getattr(surface, "static", None), surface)
+                   if isinstance(s, StaticSurface)), None)
+    if static is None:
+        return {}
+    found = {name: surface.lookup(path) for name, path in config_classes(static).items()}
+    return {name: cls for name, cls in found.items() if isinstance(cls, Found) and cls.kind == FoundKind.CLASS}
+
+
 @dataclass
 class ProbeContext:
     scan: Scan
@@ -209,6 +222,14 @@ class ProbeContext:
                 owner = self._class_of(tp.receiver, surface)
                 if isinstance(owner, Found) and not self._vllms(tp.receiver, tp.attribute):
                     added.setdefault((owner.path, tp.attribute), str(tp.location))
+        if self.scan.held_stores:
+            held = _held_classes(surface)
+            for store in self.scan.held_stores:
+                # ``vllm_config.scheduler_config._x = ...`` on an untyped ``vllm_config``: ``scheduler_config`` is
+                # the name vLLM holds its SchedulerConfig under, so the consumer sets ``_x`` on those objects.
+                cls = held.get(store.holder)
+                if cls is not None and not isinstance(surface.member(cls, store.name), Found):
+                    added.setdefault((cls.path, store.name), str(store.location))
         return Additions(added, replaced)
 
     def stand_ins(self, declared: str, surface: Surface | None = None) -> tuple[StandIn, ...]:

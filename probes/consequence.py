@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from compat.consumer.result import Kind, TouchPoint
 from compat.facts import defaults, reach, resolution
+from compat.facts.lineage import FACT as LINEAGE
 from compat.probe import ProbeContext
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import Found, FoundKind, Surface
@@ -21,6 +22,7 @@ CONFIG_PACKAGE = "vllm.config"
 OPAQUE = "<passed>"
 ENGINE_ARGS = ("EngineArgs", "AsyncEngineArgs")
 CALLABLE_KINDS = ("method", "function", "classmethod", "staticmethod", "property")
+PLATFORM = "vllm.platforms.interface.Platform"
 
 
 def config_class(ctx: ProbeContext, tp: TouchPoint, surface: Surface | None = None) -> Found | None:
@@ -223,3 +225,46 @@ def turned_on(ctx: ProbeContext, condition: str) -> list[tuple[str, str]]:
             out.append((platform, f"{said}; in vLLM {written.build.version} the test was "
                         f"{'false' if held is False else 'not decided by its defaults'}"))
     return out
+
+
+@dataclass(frozen=True)
+class OptIn:
+    """A call of the build that runs only under a test of its configs that its defaults leave false."""
+
+    condition: str
+    at: str
+    """Where the test is (the call's own site, or the engine's call of the def that makes it)."""
+    decided: str
+    """What decides it: the value on each of vLLM's platforms, or that the consumer brings its own platform."""
+
+
+def own_platform(ctx: ProbeContext) -> str | None:
+    """The consumer's own subclass of vLLM's ``Platform`` (a platform plugin), whose configs vLLM's platforms do
+    not describe."""
+    for patch in ctx.scan.class_patches:
+        if patch.kind.value == "subclass":
+            base = ctx.lookup(patch.target)
+            if isinstance(base, Found) and base.kind == FoundKind.CLASS and PLATFORM in ctx.fact(
+                    LINEAGE, base.path).ancestors:
+                return patch.patcher
+    return None
+
+
+def default_off(ctx: ProbeContext, condition: str, at: str) -> OptIn | None:
+    """``condition`` (a test of vLLM's code) when it reads config fields and this build's defaults do not make it
+    true: false on every platform vLLM resolves, or, for a consumer that brings its own platform, not true on
+    all of them (the plugin's platform decides, which is not read here)."""
+    static = static_surface(ctx)
+    if static is None or not condition or not resolution.fields_in(static, condition):
+        return None
+    given = passed(ctx)
+    held = {p: resolution.evaluate(static, condition, ctx.fact(resolution.FACT, p, given),
+                                   resolution.parse_passed(given)) for p in resolution.PLATFORMS}
+    shown_values = ", ".join(f"{p}: {shown(v)}" for p, v in held.items())
+    if all(v is False for v in held.values()):
+        return OptIn(condition, at, f"false by default on every platform ({shown_values})")
+    plugin = own_platform(ctx)
+    if plugin is not None and not all(v is True for v in held.values()):
+        return OptIn(condition, at, f"{shown_values} on vLLM's platforms; {plugin}, the consumer's own platform, "
+                     "decides it there")
+    return None

@@ -81,7 +81,8 @@ class InboundProbe(Probe):
             own = {f"{a}.{name}" for a in ctx.fact(LINEAGE, base.path).ancestors}  # the hook's own definitions
             judged = [(s, reaches(ctx, s, base.path, patch.names, worker)) for s in ctx.fact(CALLERS, name).sites
                       if s.function not in own and not s.handles_not_implemented]  # a caught raise is no failure
-            general = [s for s, how in judged if how == Reach.CERTAIN and not _device_specific(s.at) and not s.guarded]
+            general = [s for s, how in judged if how == Reach.CERTAIN and not _device_specific(s.at) and not s.guarded
+                       and _opt_in(ctx, s) is None]
             sites = general or [s for s, how in judged if how]
             if not sites:
                 continue  # left to subclasses, but vLLM does not call it on the consumer's objects
@@ -100,7 +101,9 @@ class InboundProbe(Probe):
                        f"it, so the call fails (in the build written for it {was})")
             if not certain:
                 reached = any(how == Reach.CERTAIN for _, how in judged)
-                why = ("on a path that runs only where a feature, platform, backend or kernel is selected" if reached
+                opt_in = next((o for s, how in judged if how == Reach.CERTAIN and (o := _opt_in(ctx, s))), None)
+                why = (f"only when `{opt_in.condition}` ({opt_in.at}), {opt_in.decided}" if opt_in else
+                       "on a path that runs only where a feature, platform, backend or kernel is selected" if reached
                        else f"on an object that may be a {patch.patcher} (its class there is not known)")
                 message = (f"vLLM now calls {name} at {sites[0].at} ({sites[0].code}) {why}; {patch.patcher} does "
                            f"not define it, and {base.path} leaves it to its subclasses (in the build written for "
@@ -156,14 +159,19 @@ class InboundProbe(Probe):
                 continue
             sites = [s for s in ctx.fact(CALLERS, name).sites if s.rpc]
             engine = [s for s in sites if s.at.startswith(_ENGINE)]
-            where = (engine or sites)[0] if engine or sites else None
+            opt_ins = {s.at: o for s in engine if (o := _opt_in(ctx, s)) is not None}
+            default = [s for s in engine if s.at not in opt_ins]
+            where = (default or engine or sites)[0] if engine or sites else None
+            opt_in = opt_ins.get(where.at) if where else None
             found.append(Finding(
-                self.name, Status.BROKEN if engine else Status.UNKNOWN, f"{patch.patcher}.{name}",
+                self.name, Status.BROKEN if default else Status.UNKNOWN, f"{patch.patcher}.{name}",
                 str(patch.location), where.at if where else None,
                 f"vLLM now sends {name} to every worker by name" + (f" at {where.at} (in {where.function})"
                                                                     if where else "")
                 + f"; {patch.patcher} has no {name}, and neither has {base.path} it extends nor vLLM's worker "
-                "wrapper, so the workers fail it (AttributeError)" + ("" if engine else
+                "wrapper, so the workers fail it (AttributeError)" + ("" if default else
+                f"; it is sent only when `{opt_in.condition}` ({opt_in.at}), {opt_in.decided}: a run reaches it "
+                "where that is turned on" if opt_in else
                 "; it is sent only outside the engine core and its executors (an optional entry point), so "
                 "whether a run reaches it depends on what the user calls"),
                 Evidence(written_for=f"{name} not sent", audited="sent at " + ", ".join(s.at for s in sites[:4]),
@@ -228,7 +236,20 @@ class InboundProbe(Probe):
             touchpoint=f"{patch.target}:{name}")]
 
 
-_PLATFORM = "vllm.platforms.interface.Platform"
+_PLATFORM = consequence.PLATFORM
+
+
+def _opt_in(ctx: ProbeContext, site: CallSite) -> consequence.OptIn | None:
+    """The test of the build's configs that ``site`` runs only under, where its defaults leave it false: the
+    test around the call, or, for a call in a def the engine calls (an executor's ``extend_kv_cache`` sending the
+    RPC), the tests around every call of that def in the engine."""
+    if site.condition:
+        return consequence.default_off(ctx, site.condition, site.at)
+    method = site.function.rpartition(".")[2]
+    callers = [s for s in ctx.fact(CALLERS, method).sites if not s.rpc and s.function != site.function
+               and s.at.startswith(_ENGINE)] if site.at.startswith(_ENGINE) else []
+    found = [consequence.default_off(ctx, s.condition, s.at) for s in callers]
+    return found[0] if callers and all(found) else None
 
 
 class Reach(StrEnum):

@@ -123,3 +123,20 @@ def test_hasattr_on_self_of_what_the_consumer_stores_itself_is_not_a_test_of_the
     result = _audit(scan, build, "0.18.0")
     shift = [f for f in result.findings if f.consumer_location == "arctic_inference/vllm/model_runner.py:1956"]
     assert [f.status for f in shift] == [Status.BROKEN], [f.message for f in shift]
+
+
+def test_tpu_inference_s_own_scheduler_attribute_and_the_rpcs_of_a_feature_off_by_default(build):
+    """tpu-inference 0.32.0 at vLLM 0.34.0: ``_original_scheduler_cls``, which it stores on ``vllm_config.
+    scheduler_config`` itself (``vllm_config: Any``), is its own attribute; extend_kv_cache and
+    set_kv_cache_reclaimable, which 0.34.0 sends only under ``enable_extensible_kv_cache`` (true by default on
+    CUDA only), do not fail its TPU workers for certain: its own platform decides. vLLM's dropped
+    ModelRunnerOutput.req_id_to_index stays broken."""
+    scan = scan_tree(sources.tree_from_release("tpu-inference", "0.32.0"))
+    result = _audit(scan, build, "0.34.0", "0.32.0")
+    status = {(f.check, f.consumer_location, f.symbol.rsplit(".", 1)[-1].rsplit(":", 1)[-1]): f.status
+              for f in result.findings}
+    assert status[("attribute", "tpu_inference/core/sched/dp_scheduler.py:521", "_original_scheduler_cls")] \
+        is Status.OK
+    for rpc in ("extend_kv_cache", "set_kv_cache_reclaimable"):
+        assert status[("inbound", "tpu_inference/worker/tpu_worker.py:178", rpc)] is Status.UNKNOWN, rpc
+    assert status[("call", "tpu_inference/runner/tpu_runner.py:1793", "ModelRunnerOutput")] is Status.BROKEN

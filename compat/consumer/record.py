@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compat.consumer.result import ClassPatch, ImportGate, Ref, ReplyUse, TouchPoint
+from compat.consumer.result import ClassPatch, HeldStore, ImportGate, Ref, ReplyUse, TouchPoint
 from compat.consumer.values import ClassAttributes
 from compat.location import Location
 
@@ -33,5 +33,7 @@ class ModuleRecord:
     """What ``self.x = ...`` assignments in this module gave each class's attributes."""
     gates: list[ImportGate] = field(default_factory=list)
     """``raise`` statements the module's import runs under a test of the build."""
+    held_stores: list[HeldStore] = field(default_factory=list)
+    """Attributes stored on ``<untyped>.<holder>`` (``vllm_config.scheduler_config._x = ...``, ``vllm_config: Any``)."""
     failures: list[tuple[Location, str, str]] = field(default_factory=list)
     """Top-level statements whose walk raised: where, ``Type: message``, the traceback (the rest was walked)."""

@@ -251,6 +251,15 @@ class ImportGate:
 
 
 @dataclass(frozen=True)
+class HeldStore:
+    """``<x>.<holder>.<name> = ...`` where the walk does not know what ``x`` is."""
+
+    holder: str
+    name: str
+    location: Location
+
+
+@dataclass(frozen=True)
 class ClassPatch:
     """A consumer class whose body is copied onto a vLLM class or module (``class P(ArcticPatch[VllmConfig])``):
     what it defines becomes part of the target for the consumer's other code."""
@@ -397,3 +406,7 @@ class Scan:
     literal): the fix's re-audit sets the shim's pinned defaults here, for the build it audits."""
     gates: tuple[ImportGate, ...] = ()
     """The consumer's own checks of the build that raise at import (``ImportGate``)."""
+    held_stores: tuple[HeldStore, ...] = ()
+    """Attributes the consumer stores on an object it does not type, reached through an attribute named
+    ``holder`` (``vllm_config.scheduler_config._x = ...`` with ``vllm_config: Any``): where ``holder`` is a name vLLM
+    holds one of its classes under, the consumer sets ``_x`` on that class's objects itself."""

@@ -114,7 +114,8 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False,
                 written_for=written_for(tree.requires, target, tree.requires_at), files=count, root=str(tree.root),
                 model_patches=model_patches, class_patches=patches, step_loops=loops,
                 left_out=tuple(left_out), pin=choose_pin(tree.requires, tree.requires_at, target),
-                name_at=tree.name_at, gates=tuple(g for record in records for g in record.gates))
+                name_at=tree.name_at, gates=tuple(g for record in records for g in record.gates),
+                held_stores=tuple(dict.fromkeys(h for record in records for h in record.held_stores)))
 
 
 SCAN_CODE = ("compat/consumer", "compat/syntax.py", "compat/location.py", "compat/sources")

@@ -39,6 +39,7 @@ from compat.consumer.result import (
     ClassPatch,
     Fallback,
     Guard,
+    HeldStore,
     ImportGate,
     Kind,
     PatchKind,
@@ -205,6 +206,8 @@ class ModuleVisitor(ast.NodeVisitor):
                     self.attribute_touch(target, Ref(RefKind.WORKER), target.attr, store=True)
             elif isinstance(base, Obj):
                 self.attribute_touch(target, base.ref, target.attr, store=True)
+            elif isinstance(target.value, ast.Attribute) and not isinstance(base, (Sym, SelfOf)):
+                self.found.held_stores.append(HeldStore(target.value.attr, target.attr, self.loc(target)))
         elif isinstance(target, (ast.Tuple, ast.List)):
             for element in target.elts:
                 self.assign(element.value if isinstance(element, ast.Starred) else element, None)

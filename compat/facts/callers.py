@@ -207,11 +207,29 @@ def _condition(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -
             break
         test = getattr(parent, "test", None)
         if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and test is not None and node is not test:
-            text = ast.unparse(test)
+            text = ast.unparse(_Locals(_assignments(function)).visit(_copy(test)))
             inside = node is parent.body if isinstance(parent, ast.IfExp) else any(node is b for b in parent.body)
             tests.append(f"({text})" if inside else f"not ({text})")
         node = parent
     return " and ".join(reversed(tests))
+
+
+class _Locals(ast.NodeTransformer):
+    """A local the function assigns once, read as what it is assigned (``extensible = vllm_config.cache_config.
+    enable_extensible_kv_cache`` then ``if extensible:``)."""
+
+    def __init__(self, assigned: dict[str, list[ast.expr]]) -> None:
+        self.assigned = assigned
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        values = self.assigned.get(node.id, ())
+        if len(values) == 1 and isinstance(values[0], (ast.Attribute, ast.Name, ast.Constant)):
+            return ast.copy_location(_copy(values[0]), node)
+        return node
+
+
+def _copy(node: ast.expr) -> ast.expr:
+    return ast.parse(ast.unparse(node), mode="eval").body
 
 
 def _receiver_class(surface: StaticSurface, value: ast.expr, function: ast.AST, owner: str | None,

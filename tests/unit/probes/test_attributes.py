@@ -185,3 +185,31 @@ def test_an_attribute_the_build_written_for_had(trees, source, name, status, say
 def test_a_missing_attribute_names_the_close_one_in_its_fix(trees):
     (finding,) = _judged(trees.findings(PROBE, use("return config.blok_size"), NOW), "blok_size")
     assert finding.fix == "use vllm.engine.Config.block_size"
+
+
+HELD = '''
+    from typing import Any
+
+    from vllm.config import VllmConfig
+
+
+    def read(config: VllmConfig):
+        return config.scheduler_config._original_cls
+'''
+
+
+@pytest.mark.parametrize(("store", "status"), [
+    pytest.param("vllm_config.scheduler_config._original_cls = 1", Status.OK, id="stored-on-the-held-config"),
+    pytest.param("vllm_config.other_config._original_cls = 1", Status.BROKEN, id="stored-on-another-holder"),
+    pytest.param("pass", Status.BROKEN, id="not-stored"),
+])
+def test_an_attribute_the_consumer_stores_on_an_untyped_holder_of_the_config_is_its_own(trees, store, status):
+    """tpu-inference 0.32.0 stores ``vllm_config.scheduler_config._original_scheduler_cls`` with ``vllm_config:
+    Any`` (dp_scheduler.py:1733) and reads it back on a typed VllmConfig (:521): ``scheduler_config`` is the name
+    vLLM holds its SchedulerConfig under, so the attribute is the consumer's."""
+    from .test_inbound import _default_builds
+
+    _, build = _default_builds("False", "False")
+    source = HELD + f"\n\n    def setup(vllm_config: Any):\n        {store}\n"
+    judged = _judged(trees.findings(PROBE, source, build), "_original_cls")
+    assert [f.status for f in judged] == [status], [f.message for f in judged]

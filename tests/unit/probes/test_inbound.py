@@ -148,3 +148,33 @@ def test_a_hook_vllm_calls_in_a_try_that_catches_its_raise_is_no_failure(trees, 
     vllm = {path: text.replace("{caught}", caught) for path, text in CAUGHT.items()}
     findings = [f for f in trees.findings(PROBE, PLUGIN, vllm, THEN) if "manual_seed_all" in f.message]
     assert [f.status for f in findings] == ([status] if status else []), [f.message for f in findings]
+
+
+def _sends_under_a_test(default: str, direct: bool) -> dict[str, str]:
+    """vLLM sends a new RPC, ``extend_cache``, only under ``async_scheduling``: from the engine core itself, or
+    from an executor's def that the engine core calls under the test (vLLM 0.34.0's ``extend_kv_cache`` under
+    ``enable_extensible_kv_cache``)."""
+    _, new = _default_builds(default, default)
+    send = ("        if self.scheduler_config.async_scheduling:\n            self.executor.collective_rpc("
+            "\"extend_cache\")\n" if direct else
+            "        extensible = self.scheduler_config.async_scheduling\n        if extensible:\n"
+            "            self.executor.extend()\n")
+    core = new["vllm/v1/engine/core.py"].replace("        return out\n", send + "        return out\n")
+    executor = "class Executor:\n    def extend(self):\n" + (
+        "        pass\n" if direct else "        self.collective_rpc(\"extend_cache\")\n")
+    return {**new, "vllm/v1/engine/core.py": core, "vllm/v1/executor/__init__.py": "",
+            "vllm/v1/executor/abstract.py": executor}
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["in-the-engine", "in-an-executor-def-the-engine-calls"])
+@pytest.mark.parametrize(("default", "status"), [("False", Status.UNKNOWN), ("True", Status.BROKEN)])
+def test_an_rpc_sent_only_under_a_test_the_defaults_leave_false_is_not_certain(trees, default, status, direct):
+    """tpu-inference 0.32.0 at vLLM 0.34.0: extend_kv_cache and set_kv_cache_reclaimable are sent only under
+    ``enable_extensible_kv_cache`` (false there), so a worker without them fails only where a user turns it on."""
+    old, _ = _default_builds(default, default)
+    found = [f for f in trees.findings(PROBE, WORKER_PLUGIN, _sends_under_a_test(default, direct), old)
+             if "extend_cache" in f.symbol]
+    assert [f.status for f in found] == [status], [f.message for f in found]
+    if status is Status.UNKNOWN:
+        assert "sent only when `(self.scheduler_config.async_scheduling)`" in found[0].message
+        assert "false by default on every platform (CUDA: False" in found[0].message
