@@ -295,6 +295,14 @@ class ProbeContext:
                 return found
         return None
 
+    def vllm_may_call(self, qualname: str) -> bool:
+        """The consumer's method ``qualname`` has a name vLLM's class its class extends defines: vLLM's own code
+        may call it, so what holds where the consumer calls it says nothing of those calls."""
+        owner, _, name = qualname.rpartition(".")
+        patch = self._own_subclasses.get(owner)
+        base = self.lookup(patch.target) if patch is not None else None
+        return isinstance(base, Found) and not isinstance(self.surface.member(base, name), Missing)
+
     def guard_lookup(self, expr: GuardExpr) -> bool | None:
         """What the build says of a guard's leaf that needs its code (``compat.consumer.guards.BuildQuery``):
         ``hasattr`` on a vLLM object, a parameter of a vLLM callable, an import of vLLM names. True, False, or None

@@ -140,3 +140,16 @@ def test_tpu_inference_s_own_scheduler_attribute_and_the_rpcs_of_a_feature_off_b
     for rpc in ("extend_kv_cache", "set_kv_cache_reclaimable"):
         assert status[("inbound", "tpu_inference/worker/tpu_worker.py:178", rpc)] is Status.UNKNOWN, rpc
     assert status[("call", "tpu_inference/runner/tpu_runner.py:1793", "ModelRunnerOutput")] is Status.BROKEN
+
+
+def test_vllm_spyre_s_profiler_helper_runs_only_where_find_spec_finds_the_wrapper(build):
+    """vllm-spyre 1.10.0 calls ``self._setup_profiler_wrapper()`` only after ``if importlib.util.find_spec(
+    "vllm.profiler.wrapper") is None: return ...`` (spyre_worker.py:330-340); the helper imports that module
+    (:347). vLLM 0.11.0 has no vllm/profiler/wrapper.py: the helper's code does not run there (it was judged
+    broken, twice); 0.18.0 has it, and the helper is judged."""
+    scan = scan_tree(sources.tree_from_release("vllm-spyre", "1.10.0"))
+    for vllm, runs in (("0.11.0", False), ("0.18.0", True)):
+        found = [f for f in _audit(scan, build, vllm).findings
+                 if f.consumer_location == "vllm_spyre/v1/worker/spyre_worker.py:347"]
+        assert [f.status for f in found] == [Status.OK], [f.message for f in found]
+        assert ("not run with this build" in found[0].message) is not runs, found[0].message

@@ -182,16 +182,18 @@ def _guard_state(ctx: ProbeContext, tp: TouchPoint) -> tuple[bool | None, str]:
     lookup = ctx.guard_lookup
     state: bool | None = True
     reasons = []
-    for guard in tp.guards:
+    inherited = tp.caller_guards if tp.caller_guards and not ctx.vllm_may_call(tp.caller) else ()
+    for guard in tp.guards + inherited:
         value = evaluate(guard.expr, ctx.version, lookup)
+        where = f"at {guard.location}" + (f", where every call of {tp.caller} is," if guard in inherited else "")
         if value is None:
             state = None if state is not False else False
-            reasons.append(f"`{guard.text}` at {guard.location} cannot be evaluated ({render(guard.expr)})")
+            reasons.append(f"`{guard.text}` {where} cannot be evaluated ({render(guard.expr)})")
         elif value != guard.branch:
             state = False
             meaning = render(guard.expr)
             said = f" ({meaning})" if meaning != guard.text else ""
-            reasons.append(f"`{guard.text}` at {guard.location}{said} is {value} for vLLM {ctx.version}")
+            reasons.append(f"`{guard.text}` {where}{said} is {value} for vLLM {ctx.version}")
     return state, "; ".join(reasons)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compat.consumer.result import ClassPatch, HeldStore, ImportGate, Ref, ReplyUse, TouchPoint
+from compat.consumer.result import ClassPatch, Guard, HeldStore, ImportGate, Ref, ReplyUse, TouchPoint
 from compat.consumer.values import ClassAttributes
 from compat.location import Location
 
@@ -33,6 +33,8 @@ class ModuleRecord:
     """What ``self.x = ...`` assignments in this module gave each class's attributes."""
     gates: list[ImportGate] = field(default_factory=list)
     """``raise`` statements the module's import runs under a test of the build."""
+    helper_calls: list[tuple[str, tuple[Guard, ...]]] = field(default_factory=list)
+    """Calls of the consumer's own defs (qualname) with the guards each runs under."""
     held_stores: list[HeldStore] = field(default_factory=list)
     """Attributes stored on ``<untyped>.<holder>`` (``vllm_config.scheduler_config._x = ...``, ``vllm_config: Any``)."""
     failures: list[tuple[Location, str, str]] = field(default_factory=list)

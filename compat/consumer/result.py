@@ -196,6 +196,12 @@ class TouchPoint:
     scan sees), as source text."""
     replacement: Replacement | None = None
     """For PATCH touchpoints: the consumer's code that takes the place of ``symbol``."""
+    caller_guards: tuple[Guard, ...] = ()
+    """Guards every call of the consumer's private helper that holds this touchpoint runs under (``if
+    find_spec("vllm.profiler.wrapper") is None: return ...`` before ``self._setup_profiler_wrapper()``): the
+    helper's code runs under them too, unless vLLM's class the helper's class extends defines that name (vLLM may
+    call it itself); ``caller`` is the helper."""
+    caller: str = ""
     narrowed: str = ""
     """The check the consumer makes before this use, so that a missing attribute is handled: ``hasattr(x, "a")``
     around ``x.a``, or a ``try`` whose handler catches AttributeError (source text and location)."""

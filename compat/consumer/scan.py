@@ -13,16 +13,18 @@ import hashlib
 import pickle
 import sys
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from compat.consumer.guards import involves_target
 from compat.consumer.index import ConsumerIndex, ConsumerModule
 from compat.consumer.patches import model_patch
 from compat.consumer.pins import choose_pin, written_for
 from compat.consumer.record import ForwardReplacement, ModuleRecord
-from compat.consumer.result import ConsumerClass, Kind, ReplyUse, Scan, ScanProblem
+from compat.consumer.result import ConsumerClass, Guard, Kind, ReplyUse, Scan, ScanProblem, TouchPoint
 from compat.consumer.state import class_state
 from compat.consumer.steps import step_loops
 from compat.consumer.values import ClassAttributes
@@ -66,6 +68,7 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False,
     problems: list[ScanProblem] = []
     left_out: list[str] = []
     count = 0
+    every: list[ConsumerModule] = []
     for path, module, relpath in iter_files(tree):
         if not everything and not shipped(relpath):
             left_out.append(relpath)
@@ -83,6 +86,7 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False,
             problems.append(ScanProblem(Location(relpath, 0), f"{type(exc).__name__}: {exc}"))
             continue
         source = ConsumerModule(module, relpath, module_ast, text.splitlines())
+        every.append(source)
         index.add(source, text)  # every module: a class the consumer installs in vLLM may live in one without vLLM
         if target in text:
             modules.append(source)  # walked: only the modules that name vLLM touch it
@@ -97,6 +101,7 @@ def scan_tree(tree: SourceTree, target: str = "vllm", everything: bool = False,
             reply_uses.setdefault(location, []).extend(uses)
     touchpoints = [replace(tp, reply_uses=tuple(reply_uses.get(tp.location, ()))) if tp.kind == Kind.RPC else tp
                    for record in records for tp in record.touchpoints]
+    touchpoints = helper_guards(touchpoints, [c for record in records for c in record.helper_calls], every)
     forwards: list[ForwardReplacement] = [f for record in records for f in record.forwards]
     patches = tuple(dict.fromkeys(p for record in records for p in record.class_patches))
     classes = tuple(
@@ -194,6 +199,35 @@ def _walk(index: ConsumerIndex, modules: list[ConsumerModule], target: str,
             if progress is not None:
                 progress(done, total)
     return records
+
+
+def helper_guards(touchpoints: list[TouchPoint], calls: list[tuple[str, tuple[Guard, ...]]],
+                  modules: list[ConsumerModule]) -> list[TouchPoint]:
+    """Give the touchpoints of each private helper of the consumer (``_name``) the guards of the build that every
+    call of it runs under, where the helper is named nowhere but in those calls (a helper passed on as a value
+    may run anywhere)."""
+    by_helper: dict[str, list[tuple[Guard, ...]]] = {}
+    for qualname, guards in calls:
+        by_helper.setdefault(qualname, []).append(guards)
+    shared: dict[str, tuple[Guard, ...]] = {}
+    for qualname, each in by_helper.items():
+        name = qualname.rpartition(".")[2]
+        if not name.startswith("_") or name.startswith("__"):
+            continue
+        common = tuple(g for g in each[0] if involves_target(g.expr) and all(g in other for other in each[1:]))
+        if common:
+            shared[qualname] = common
+    if not shared:
+        return touchpoints
+    named = Counter(n.attr if isinstance(n, ast.Attribute) else n.id for source in modules
+                    for n in ast.walk(source.tree) if isinstance(n, (ast.Attribute, ast.Name))
+                    and (n.attr if isinstance(n, ast.Attribute) else n.id).startswith("_"))
+    shared = {q: g for q, g in shared.items() if named[q.rpartition(".")[2]] == len(by_helper[q])}
+    out = []
+    for tp in touchpoints:
+        helper = next((q for q in shared if tp.context == q or tp.context.startswith(q + ".")), None)
+        out.append(tp if helper is None else replace(tp, caller_guards=shared[helper], caller=helper))
+    return out
 
 
 def _module_relpath(modules: list[ConsumerModule], module: str) -> str:

@@ -841,6 +841,8 @@ class ModuleVisitor(ast.NodeVisitor):
             elif not isinstance(base, Local):
                 value = self.eval_attribute(func, record=False) if isinstance(base, SelfOf) else None
                 result = self.local_call_result(value)
+                if record and isinstance(value, Local):
+                    self.found.helper_calls.append((value.qualname, tuple(self.guards)))
         else:
             value = self.eval(func, record)
             if isinstance(value, Either):
@@ -866,6 +868,8 @@ class ModuleVisitor(ast.NodeVisitor):
                 result = Obj(value.ref.called())
             else:
                 result = self.local_call_result(value)
+                if record and isinstance(value, Local):
+                    self.found.helper_calls.append((value.qualname, tuple(self.guards)))
             if isinstance(func, ast.Name) and func.id == "len" and node.args:
                 measured = self.eval(node.args[0], record=False)
                 if isinstance(measured, Reply):

@@ -165,3 +165,43 @@ def test_hasattr_on_self_of_what_the_consumer_stores_itself_is_not_a_test_of_the
     source += store if where == "the-class" else f"\n\nclass Sub(MyEngine):\n{store}"
     findings = [f for f in trees.findings(PROBE, source, READY) if f.symbol == "vllm.engine.Gone"]
     assert [f.status for f in findings] == [Status.BROKEN], [f.message for f in findings]
+
+
+HELPER = '''
+import importlib.util
+
+from vllm.engine import Engine
+
+
+class MyEngine(Engine):
+    def start(self):
+        if importlib.util.find_spec("vllm.gone") is None:
+            return None
+        return self.{helper}()
+
+    def {helper}(self):
+        from vllm.gone import Thing
+        return Thing
+{extra}'''
+
+
+@pytest.mark.parametrize(("helper", "extra", "build", "status"), [
+    pytest.param("_new_path", "", READY, Status.OK, id="every-call-guarded"),
+    pytest.param("_new_path", "\n    def other(self):\n        return self._new_path()\n", READY, Status.BROKEN,
+                 id="one-call-unguarded"),
+    pytest.param("_new_path", "\n    def hook(self):\n        return self._new_path\n", READY, Status.BROKEN,
+                 id="passed-on-as-a-value"),
+    pytest.param("new_path", "", READY, Status.BROKEN, id="public-anyone-may-call-it"),
+    pytest.param("_ready", "", {**READY, "vllm/engine.py": "class Engine:\n    def _ready(self):\n        pass\n"},
+                 Status.BROKEN, id="a-name-vllm-s-base-defines"),
+])
+def test_a_private_helper_runs_under_the_guards_of_every_call_of_it(trees, helper, extra, build, status):
+    """vllm-spyre 1.10.0 returns early where ``find_spec("vllm.profiler.wrapper") is None`` and only then calls
+    ``self._setup_profiler_wrapper()``, which imports that module: on a build without it (0.11.0) the helper does
+    not run. Not so where another call of it is not guarded, where it is passed on as a value, where it is public,
+    or where vLLM's base class defines the name (vLLM's code may call it)."""
+    source = HELPER.format(helper=helper, extra=extra)
+    findings = [f for f in trees.findings(PROBE, source, build) if f.symbol == "vllm.gone.Thing"]
+    assert [f.status for f in findings] == [status], [f.message for f in findings]
+    if status is Status.OK:
+        assert f"where every call of consumer.MyEngine.{helper} is" in findings[0].message, findings[0].message
