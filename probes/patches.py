@@ -350,6 +350,18 @@ class PatchProbe(Probe):
                     f"refuses: " + "; ".join(p.message for p in problems), where,
                     replace(evidence, extra=evidence.extra + (("vllm_calls", sites.render()),)), fix=fix,
                     symbol=target)
+            maybe = [(site, problems) for site in sites.sites if site.maybe
+                     for problems in [mine.bind(CallShape(site.positional, site.keywords + site.maybe), "it")]
+                     if problems]
+            if maybe:
+                site, problems = maybe[0]
+                return self.finding(
+                    tp, Status.UNKNOWN, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); "
+                    f"vLLM calls it at {site.at} ({site.code}) with {', '.join(site.maybe)} only when "
+                    f"`{site.maybe_when}`, which {how} {replacement.patcher}{mine.render()} refuses: "
+                    + "; ".join(p.message for p in problems) + "; what that test is at run time is not read",
+                    where, replace(evidence, extra=evidence.extra + (("vllm_calls", sites.render()),)), fix=fix,
+                    symbol=target)
             if not sites.sites and not sites.set_aside and sites.elsewhere and not sites.unknown:
                 return self.finding(
                     tp, Status.OK, f"vLLM's {target} now takes {sig_now.render()} (was {sig_then.render()}); the "

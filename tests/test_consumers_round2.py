@@ -129,8 +129,8 @@ def test_tpu_inference_s_own_scheduler_attribute_and_the_rpcs_of_a_feature_off_b
     """tpu-inference 0.32.0 at vLLM 0.34.0: ``_original_scheduler_cls``, which it stores on ``vllm_config.
     scheduler_config`` itself (``vllm_config: Any``), is its own attribute; extend_kv_cache and
     set_kv_cache_reclaimable, which 0.34.0 sends only under ``enable_extensible_kv_cache`` (true by default on
-    CUDA only), do not fail its TPU workers for certain: its own platform decides. vLLM's dropped
-    ModelRunnerOutput.req_id_to_index stays broken."""
+    CUDA only), do not fail its TPU workers for certain: its own platform decides; nor does the x_scale vLLM
+    passes to apply_monolithic only on one path. vLLM's dropped ModelRunnerOutput.req_id_to_index stays broken."""
     scan = scan_tree(sources.tree_from_release("tpu-inference", "0.32.0"))
     result = _audit(scan, build, "0.34.0", "0.32.0")
     status = {(f.check, f.consumer_location, f.symbol.rsplit(".", 1)[-1].rsplit(":", 1)[-1]): f.status
@@ -140,6 +140,12 @@ def test_tpu_inference_s_own_scheduler_attribute_and_the_rpcs_of_a_feature_off_b
     for rpc in ("extend_kv_cache", "set_kv_cache_reclaimable"):
         assert status[("inbound", "tpu_inference/worker/tpu_worker.py:178", rpc)] is Status.UNKNOWN, rpc
     assert status[("call", "tpu_inference/runner/tpu_runner.py:1793", "ModelRunnerOutput")] is Status.BROKEN
+    # vLLM passes x_scale to apply_monolithic only from ``extra = {} if x_scale is None else {...}``
+    # (fused_moe/routed_experts.py:1476-1479): whether it is set at run time is not read.
+    monolithic = [f for f in result.findings
+                  if f.consumer_location == "tpu_inference/layers/vllm/quantization/fp8.py:529"]
+    assert [f.status for f in monolithic] == [Status.UNKNOWN], [f.message for f in monolithic]
+    assert "with x_scale only when `not (x_scale is None)`" in monolithic[0].message
 
 
 def test_vllm_spyre_s_profiler_helper_runs_only_where_find_spec_finds_the_wrapper(build):

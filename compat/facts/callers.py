@@ -18,6 +18,7 @@ import ast
 import re
 import weakref
 from dataclasses import dataclass
+from typing import cast
 
 from compat.facts import Fact
 from compat.syntax import FunctionNode, module_name
@@ -57,6 +58,10 @@ class CallSite:
     handles_not_implemented: bool = False
     """The call sits in a ``try`` whose handlers catch ``NotImplementedError`` (by name, or a base of it): a hook
     left raising it makes the caller take its fallback, not fail."""
+    maybe: tuple[str, ...] = ()
+    """Keywords of a ``**mapping`` the function builds that it holds only on some paths (``extra = {} if x is None
+    else {"x_scale": x}``), with ``maybe_when``, the test they are passed under, as source text."""
+    maybe_when: str = ""
 
 
 @dataclass(frozen=True)
@@ -352,11 +357,43 @@ def _index_function(function: FunctionNode, where: str, owner: str | None, by_na
             by_name.setdefault(call.args[0].value, []).append(_Call(call, function, where, owner, True))
 
 
+def _spread(function: ast.AST, call: ast.Call) -> tuple[tuple[str, ...], tuple[str, ...], str] | None:
+    """The keys of the one ``**name`` the call unpacks, where the function makes ``name`` only from dict literals
+    with string keys (``d = {...}``, ``d = {...} if test else {...}``) and changes it nowhere: (keys on every path,
+    keys on some, the test that picks them); None where the call unpacks anything else."""
+    spread = [k.value for k in call.keywords if k.arg is None]
+    if any(isinstance(a, ast.Starred) for a in call.args) or len(spread) != 1 or not isinstance(spread[0], ast.Name):
+        return None
+    name = spread[0].id
+    values = _assignments(function).get(name, [])
+    if len(values) != 1:
+        return None
+    value, test = values[0], ""
+    options = [value]
+    if isinstance(value, ast.IfExp):
+        options, test = [value.body, value.orelse], ast.unparse(value.test)
+    if not all(isinstance(o, ast.Dict) and all(isinstance(k, ast.Constant) and isinstance(k.value, str)
+                                                for k in o.keys) for o in options):
+        return None
+    for node in ast.walk(function):  # d["k"] = ..., d.update(...), f(d): not only the literal's keys
+        if isinstance(node, ast.Name) and node.id == name and node is not spread[0] and not isinstance(
+                node.ctx, ast.Store):
+            return None
+    keys = [{str(cast(ast.Constant, k).value) for k in cast(ast.Dict, o).keys} for o in options]
+    every = set.intersection(*keys)
+    some = set.union(*keys) - every
+    when = "" if not some else test if some <= keys[0] else f"not ({test})" if some <= keys[-1] else \
+        f"{test} (some on each side)"
+    return tuple(sorted(every)), tuple(sorted(some)), when
+
+
 def _module_sites(surface: StaticSurface, info: ModuleInfo, name: str) -> list[CallSite]:
     indexed = _calls(info)
     sites = []
     for found in indexed.by_name.get(name, ()):
         call, function = found.call, found.function
+        maybe: tuple[str, ...] = ()
+        maybe_when = ""
         if found.rpc:
             positional, keywords, unpacks = _rpc_shape(call)
             receiver = ""
@@ -364,11 +401,15 @@ def _module_sites(surface: StaticSurface, info: ModuleInfo, name: str) -> list[C
             positional, keywords, unpacks = _shape(call)  # a bare name too: a function called by its name
             receiver = _receiver_class(surface, call.func.value, function, found.owner, info) \
                 if isinstance(call.func, ast.Attribute) else ""
+            spread = _spread(function, call) if unpacks else None
+            if spread is not None:
+                keywords, unpacks = keywords + spread[0], False
+                maybe, maybe_when = spread[1], spread[2]
         sites.append(CallSite(f"{info.relpath}:{call.lineno}", found.where, positional, keywords, unpacks, found.rpc,
                               _reads(function, call, indexed.parents), ast.unparse(call)[:200],
                               _guarded(function, call, indexed.parents), receiver,
                               _condition(function, call, indexed.parents)[:400],
-                              _handles_not_implemented(function, call, indexed.parents)))
+                              _handles_not_implemented(function, call, indexed.parents), maybe, maybe_when[:200]))
     return sites
 
 

@@ -349,3 +349,22 @@ def test_an_override_is_not_judged_by_calls_on_vllm_s_own_sibling_subclasses(tre
     assert finding.status is status, finding.message
     for word in says:
         assert word in finding.message, finding.message
+
+
+@pytest.mark.parametrize(("site", "status", "says"), [
+    pytest.param("extra = {} if out is None else {'out': out}\n        runner.prepare_inputs(batch, **extra)",
+                 Status.UNKNOWN, ["with out only when `not (out is None)`", "refuses"], id="keyword-on-one-path"),
+    pytest.param("extra = {'out': out}\n        runner.prepare_inputs(batch, **extra)", Status.BROKEN,
+                 ["vLLM calls it at vllm/runner.py", "no longer accepts keyword 'out'"], id="keyword-on-every-path"),
+    pytest.param("extra = {'out': out}\n        extra.update(more=1)\n        runner.prepare_inputs(batch, **extra)",
+                 Status.BROKEN, ["no call of it by name in the build"], id="mapping-changed-after"),
+])
+def test_keywords_vllm_passes_from_a_mapping_it_builds(trees, site, status, says):
+    """tpu-inference 0.32.0 at vLLM 0.34.0: ``extra = {} if x_scale is None else {"x_scale": x_scale}`` then
+    ``apply_monolithic(..., **extra)`` passes ``x_scale`` only on one path, which the build does not decide; a
+    mapping with the keyword on every path passes it; one changed after it is made says nothing of its keys."""
+    now = build(prepare=", out=None", site=site)
+    (finding,) = [f for f in trees.findings(PROBE, override(PREP), now, THEN) if f.symbol.endswith(".prepare_inputs")]
+    assert finding.status is status, finding.message
+    for word in says:
+        assert word in finding.message, finding.message
