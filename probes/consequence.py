@@ -229,42 +229,41 @@ def turned_on(ctx: ProbeContext, condition: str) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class OptIn:
-    """A call of the build that runs only under a test of its configs that its defaults leave false."""
+    """A call of the build that runs only under a test of its configs that the consumer's own platform decides."""
 
     condition: str
     at: str
     """Where the test is (the call's own site, or the engine's call of the def that makes it)."""
     decided: str
-    """What decides it: the value on each of vLLM's platforms, or that the consumer brings its own platform."""
+    """What decides it: the value on each of vLLM's platforms, and the consumer's platform that decides it."""
 
 
 def own_platform(ctx: ProbeContext) -> str | None:
-    """The consumer's own subclass of vLLM's ``Platform`` (a platform plugin), whose configs vLLM's platforms do
-    not describe."""
+    """The consumer's own platform (a platform plugin) made straight on vLLM's ``Platform`` interface, not on one of
+    vLLM's platforms: what vLLM decides per platform (``current_platform.is_cuda_alike()``) it decides for itself."""
     for patch in ctx.scan.class_patches:
         if patch.kind.value == "subclass":
             base = ctx.lookup(patch.target)
-            if isinstance(base, Found) and base.kind == FoundKind.CLASS and PLATFORM in ctx.fact(
-                    LINEAGE, base.path).ancestors:
+            if isinstance(base, Found) and base.path == PLATFORM:
                 return patch.patcher
     return None
 
 
-def default_off(ctx: ProbeContext, condition: str, at: str) -> OptIn | None:
-    """``condition`` (a test of vLLM's code) when it reads config fields and this build's defaults do not make it
-    true: false on every platform vLLM resolves, or, for a consumer that brings its own platform, not true on
-    all of them (the plugin's platform decides, which is not read here)."""
+def platform_decides(ctx: ProbeContext, condition: str, at: str) -> OptIn | None:
+    """``condition`` (a test of vLLM's code) when it reads config fields whose defaults vLLM resolves differently by
+    platform (true on one, false on another), and the consumer brings its own platform, which vLLM's platforms do
+    not describe. A test false on every platform is a feature the user turns on: a call under it still fails
+    there, on an optional path."""
     static = static_surface(ctx)
     if static is None or not condition or not resolution.fields_in(static, condition):
+        return None
+    plugin = own_platform(ctx)
+    if plugin is None:
         return None
     given = passed(ctx)
     held = {p: resolution.evaluate(static, condition, ctx.fact(resolution.FACT, p, given),
                                    resolution.parse_passed(given)) for p in resolution.PLATFORMS}
+    if not any(v is True for v in held.values()) or not any(v is False for v in held.values()):
+        return None
     shown_values = ", ".join(f"{p}: {shown(v)}" for p, v in held.items())
-    if all(v is False for v in held.values()):
-        return OptIn(condition, at, f"false by default on every platform ({shown_values})")
-    plugin = own_platform(ctx)
-    if plugin is not None and not all(v is True for v in held.values()):
-        return OptIn(condition, at, f"{shown_values} on vLLM's platforms; {plugin}, the consumer's own platform, "
-                     "decides it there")
-    return None
+    return OptIn(condition, at, f"by default {shown_values}; {plugin}, the consumer's own platform, decides it")

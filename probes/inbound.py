@@ -170,8 +170,7 @@ class InboundProbe(Probe):
                                                                     if where else "")
                 + f"; {patch.patcher} has no {name}, and neither has {base.path} it extends nor vLLM's worker "
                 "wrapper, so the workers fail it (AttributeError)" + ("" if default else
-                f"; it is sent only when `{opt_in.condition}` ({opt_in.at}), {opt_in.decided}: a run reaches it "
-                "where that is turned on" if opt_in else
+                f"; it is sent only when `{opt_in.condition}` ({opt_in.at}), {opt_in.decided}" if opt_in else
                 "; it is sent only outside the engine core and its executors (an optional entry point), so "
                 "whether a run reaches it depends on what the user calls"),
                 Evidence(written_for=f"{name} not sent", audited="sent at " + ", ".join(s.at for s in sites[:4]),
@@ -240,15 +239,15 @@ _PLATFORM = consequence.PLATFORM
 
 
 def _opt_in(ctx: ProbeContext, site: CallSite) -> consequence.OptIn | None:
-    """The test of the build's configs that ``site`` runs only under, where its defaults leave it false: the
-    test around the call, or, for a call in a def the engine calls (an executor's ``extend_kv_cache`` sending the
-    RPC), the tests around every call of that def in the engine."""
+    """The test of the build's configs that ``site`` runs only under, where the consumer's own platform decides
+    it: the test around the call, or, for a call in a def the engine calls (an executor's ``extend_kv_cache``
+    sending the RPC), the tests around every call of that def in the engine."""
     if site.condition:
-        return consequence.default_off(ctx, site.condition, site.at)
+        return consequence.platform_decides(ctx, site.condition, site.at)
     method = site.function.rpartition(".")[2]
     callers = [s for s in ctx.fact(CALLERS, method).sites if not s.rpc and s.function != site.function
                and s.at.startswith(_ENGINE)] if site.at.startswith(_ENGINE) else []
-    found = [consequence.default_off(ctx, s.condition, s.at) for s in callers]
+    found = [consequence.platform_decides(ctx, s.condition, s.at) for s in callers]
     return found[0] if callers and all(found) else None
 
 

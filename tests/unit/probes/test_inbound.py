@@ -150,31 +150,62 @@ def test_a_hook_vllm_calls_in_a_try_that_catches_its_raise_is_no_failure(trees, 
     assert [f.status for f in findings] == ([status] if status else []), [f.message for f in findings]
 
 
-def _sends_under_a_test(default: str, direct: bool) -> dict[str, str]:
-    """vLLM sends a new RPC, ``extend_cache``, only under ``async_scheduling``: from the engine core itself, or
-    from an executor's def that the engine core calls under the test (vLLM 0.34.0's ``extend_kv_cache`` under
-    ``enable_extensible_kv_cache``)."""
-    _, new = _default_builds(default, default)
-    send = ("        if self.scheduler_config.async_scheduling:\n            self.executor.collective_rpc("
-            "\"extend_cache\")\n" if direct else
-            "        extensible = self.scheduler_config.async_scheduling\n        if extensible:\n"
-            "            self.executor.extend()\n")
-    core = new["vllm/v1/engine/core.py"].replace("        return out\n", send + "        return out\n")
+
+def _sends_under_a_test(test: str, direct: bool) -> dict[str, str]:
+    """vLLM sends a new RPC, ``extend_cache``, only under ``test`` on its configs (``CacheConfig.extensible``
+    resolves true on CUDA, false on CPU, as vLLM 0.34.0's ``enable_extensible_kv_cache``): from the engine core
+    itself, or from an executor's def that the engine core calls under the test (0.34.0's ``extend_kv_cache``)."""
+    from ..facts.test_resolution import CONFIG, PLATFORMS
+
+    send = (f"        if {test}:\n            self.executor.collective_rpc(\"extend_cache\")\n" if direct else
+            f"        extensible = {test}\n        if extensible:\n            self.executor.extend()\n")
     executor = "class Executor:\n    def extend(self):\n" + (
         "        pass\n" if direct else "        self.collective_rpc(\"extend_cache\")\n")
-    return {**new, "vllm/v1/engine/core.py": core, "vllm/v1/executor/__init__.py": "",
-            "vllm/v1/executor/abstract.py": executor}
+    return {**PLATFORMS, "vllm/config/__init__.py": "from vllm.config.vllm import CacheConfig, VllmConfig\n",
+            "vllm/config/vllm.py": CONFIG, "vllm/v1/__init__.py": "", "vllm/v1/worker/__init__.py": "",
+            "vllm/v1/engine/__init__.py": "", "vllm/v1/executor/__init__.py": "",
+            "vllm/v1/executor/abstract.py": executor,
+            "vllm/v1/worker/worker_base.py": "class WorkerBase:\n    def execute_model(self):\n        return None\n",
+            "vllm/v1/engine/core.py": ("class EngineCore:\n    def __init__(self, vllm_config, executor):\n"
+                                       "        self.vllm_config = vllm_config\n        self.executor = executor\n\n"
+                                       "    def start(self):\n" + send)}
+
+
+def _then(build: dict[str, str]) -> dict[str, str]:
+    return {**build, "vllm/v1/executor/abstract.py": "class Executor:\n    def extend(self):\n        pass\n",
+            "vllm/v1/engine/core.py": build["vllm/v1/engine/core.py"].split("    def start")[0]}
+
+
+PLATFORM_PLUGIN = WORKER_PLUGIN + """
+
+    from vllm.platforms.{module} import {base}
+
+
+    class MyPlatform({base}):
+        pass
+"""
+EXTENSIBLE = "self.vllm_config.cache_config.extensible"
 
 
 @pytest.mark.parametrize("direct", [True, False], ids=["in-the-engine", "in-an-executor-def-the-engine-calls"])
-@pytest.mark.parametrize(("default", "status"), [("False", Status.UNKNOWN), ("True", Status.BROKEN)])
-def test_an_rpc_sent_only_under_a_test_the_defaults_leave_false_is_not_certain(trees, default, status, direct):
+@pytest.mark.parametrize(("plugin", "test", "status"), [
+    pytest.param(WORKER_PLUGIN, EXTENSIBLE, Status.BROKEN, id="no-own-platform"),
+    pytest.param(PLATFORM_PLUGIN.format(module="interface", base="Platform"), EXTENSIBLE, Status.UNKNOWN,
+                 id="own-platform-decides"),
+    pytest.param(PLATFORM_PLUGIN.format(module="cuda", base="CudaPlatformBase"), EXTENSIBLE, Status.BROKEN,
+                 id="own-platform-on-vllm-s-cuda"),
+    pytest.param(PLATFORM_PLUGIN.format(module="interface", base="Platform"),
+                 "self.vllm_config.cache_config.memory_bytes is not None", Status.BROKEN,
+                 id="off-on-every-platform-an-optional-path"),
+])
+def test_an_rpc_sent_only_under_a_test_the_platform_decides(trees, plugin, test, status, direct):
     """tpu-inference 0.32.0 at vLLM 0.34.0: extend_kv_cache and set_kv_cache_reclaimable are sent only under
-    ``enable_extensible_kv_cache`` (false there), so a worker without them fails only where a user turns it on."""
-    old, _ = _default_builds(default, default)
-    found = [f for f in trees.findings(PROBE, WORKER_PLUGIN, _sends_under_a_test(default, direct), old)
-             if "extend_cache" in f.symbol]
+    ``enable_extensible_kv_cache``, which vLLM turns on for CUDA only; TpuPlatform is made on vLLM's Platform
+    interface, so its own code decides. A test false on every platform is a feature a user turns on: broken there."""
+    build = _sends_under_a_test(test, direct)
+    found = [f for f in trees.findings(PROBE, plugin, build, _then(build)) if "extend_cache" in f.symbol]
     assert [f.status for f in found] == [status], [f.message for f in found]
     if status is Status.UNKNOWN:
-        assert "sent only when `(self.scheduler_config.async_scheduling)`" in found[0].message
-        assert "false by default on every platform (CUDA: False" in found[0].message
+        assert f"sent only when `({test})`" in found[0].message, found[0].message
+        assert "by default CUDA: True, CPU: False; consumer.MyPlatform, the consumer's own platform" \
+            in found[0].message, found[0].message
