@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from compat.consumer.result import Kind, TouchPoint
 from compat.facts import defaults, reach, resolution
-from compat.facts.lineage import FACT as LINEAGE
 from compat.probe import ProbeContext
 from compat.vllm.static import StaticSurface
 from compat.vllm.surface import Found, FoundKind, Surface
