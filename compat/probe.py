@@ -162,8 +162,14 @@ class ProbeContext:
         known = self._of(surface).answers.paths
         if path not in known:
             found: Answer = surface.lookup(path)
+            dunder = next((part for part in path.split(".")[1:-1] if part.startswith("__") and part.endswith("__")),
+                          None)
             if isinstance(found, Missing):
                 found = self._added_path(path, surface) or found
+            if isinstance(found, Missing) and dunder is not None:
+                # ``SpeculativeConfig.__pydantic_decorators__.model_validators``: made by Python or a library
+                found = Unresolved(f"{path} is reached through {dunder}, Python's or a library's, not vLLM's",
+                                   outside=True)
             elif isinstance(found, Unresolved) and any(part in NOT_VLLM for part in path.split(".")[1:]):
                 name = next(part for part in path.split(".")[1:] if part in NOT_VLLM)
                 found = Unresolved(f"{path} is reached through {name}, {NOT_VLLM[name]}, not vLLM's", outside=True)
@@ -317,6 +323,8 @@ class ProbeContext:
             present = known(member)
             if present is False and expr.instance:
                 return None  # an instance may be given it at run time
+            if present is False and isinstance(owner, Found) and (owner.path, expr.name) in self.added():
+                return None  # the consumer sets it there itself: which of its modules ran first decides
             if present is True and expr.not_none and not (isinstance(member, Found) and member.kind in (
                     FoundKind.FUNCTION, FoundKind.CLASS, FoundKind.METHOD, FoundKind.CLASSMETHOD,
                     FoundKind.STATICMETHOD, FoundKind.MODULE)):
@@ -448,6 +456,9 @@ class ProbeContext:
     def _class_of(self, ref: Ref, surface: Surface) -> Answer:
         if ref.kind == RefKind.ATTRIBUTE and ref.name in NOT_VLLM:
             return Unresolved(f"{ref.render()} is {NOT_VLLM[ref.name]}, not vLLM's", outside=True)
+        if ref.kind == RefKind.ATTRIBUTE and ref.name and ref.name.startswith("__") and ref.name.endswith("__"):
+            # ``SpeculativeConfig.__pydantic_decorators__``: made by Python or a library, not vLLM's API
+            return Unresolved(f"{ref.render()} is Python's or a library's ({ref.name}), not vLLM's", outside=True)
         if ref.kind == RefKind.SYMBOL:
             found = self.lookup(ref.symbol or "", surface)
             if isinstance(found, Found) and found.kind == FoundKind.ATTRIBUTE:

@@ -159,3 +159,17 @@ def test_vllm_spyre_s_profiler_helper_runs_only_where_find_spec_finds_the_wrappe
                  if f.consumer_location == "vllm_spyre/v1/worker/spyre_worker.py:347"]
         assert [f.status for f in found] == [Status.OK], [f.message for f in found]
         assert ("not run with this build" in found[0].message) is not runs, found[0].message
+
+
+def test_vllm_ascend_s_own_patch_order_and_pydantic_s_dunders_are_not_the_build_s(build):
+    """vllm-ascend 0.18.0 at its own build: patch_glm_tool_call_parser raises at import unless OpenAIServingChat has
+    ``_make_usage_info`` (:1077), which its usage-accounting patch, imported just before, sets (:118): the build
+    does not decide it (unknown, not broken). ``SpeculativeConfig.__pydantic_decorators__`` (patch_minimax_m2_config
+    .py:175) is pydantic's, not a vLLM name the build lacks."""
+    scan = scan_tree(sources.tree_from_release("vllm-ascend", "0.18.0"))
+    result = _audit(scan, build, "0.18.0")
+    gate = [f for f in result.findings
+            if f.consumer_location == "vllm_ascend/patch/platform/patch_glm_tool_call_parser.py:1078"]
+    assert [f.status for f in gate] == [Status.UNKNOWN], [f.message for f in gate]
+    pydantic = [f for f in result.findings if "__pydantic_decorators__" in f.symbol and f.status is not Status.OK]
+    assert pydantic == [], [f.message for f in pydantic]

@@ -136,6 +136,11 @@ CASES = [
     pytest.param(guarded("decorated"), None, Status.UNKNOWN,
                  ["requires 'seed'", "but this code is guarded", "cannot be evaluated"], id="guard-unknown"),
     pytest.param(use("runner.gone(1)"), None, None, [], id="missing-method-is-the-attribute-probe-s"),
+    # vllm-ascend 0.18.0: ``SpeculativeConfig.__pydantic_decorators__.model_validators.get(...)``, made by pydantic
+    pytest.param(use("SamplingParams.__pydantic_decorators__.model_validators.get('x')"), None, None, [],
+                 id="through-a-dunder-not-vllm-s"),
+    pytest.param(use("SamplingParams.gone.model_validators.get('x')"), None, Status.BROKEN, ["no attribute 'gone'"],
+                 id="through-a-missing-name"),
 ]
 
 

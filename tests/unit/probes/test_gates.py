@@ -60,3 +60,26 @@ def test_a_version_gate_run_at_import(trees, source, version, status, says):
 def test_no_gate_where_the_import_does_not_raise(trees, use):
     build = {**BUILD, "vllm/_version.py": '__version__ = "0.2.0"\n'}
     assert trees.findings(PROBE, TABLE.format(use=use), build) == []
+
+
+NEEDS_PATCH = '''
+from vllm.engine import Engine
+
+if not hasattr(Engine, "_usage"):
+    raise RuntimeError("apply the usage patch first")
+'''
+
+
+@pytest.mark.parametrize(("patch", "status"), [
+    pytest.param("from vllm.engine import Engine\n\n\ndef _usage(self):\n    return 0\n\n\nEngine._usage = _usage\n",
+                 Status.UNKNOWN, id="the-consumer-sets-it-itself"),
+    pytest.param("", Status.BROKEN, id="nobody-sets-it"),
+])
+def test_a_gate_on_an_attribute_the_consumer_sets_on_vllm_s_class_is_not_the_build_s(trees, patch, status):
+    """vllm-ascend 0.18.0 raises at import where OpenAIServingChat lacks ``_make_usage_info``
+    (patch_glm_tool_call_parser.py:1077), which its own usage-accounting patch sets on that class, imported just
+    before: the build does not decide the test, the order of the consumer's imports does."""
+    consumer = {"consumer/__init__.py": "", "consumer/gate.py": NEEDS_PATCH} | (
+        {"consumer/usage.py": patch} if patch else {})
+    findings = trees.findings(PROBE, consumer, BUILD)
+    assert [f.status for f in findings] == [status], [f.message for f in findings]
