@@ -123,10 +123,9 @@ class SurfaceMemo:
 def _held_classes(surface: Surface) -> dict[str, Found]:
     """The names vLLM holds its configs under (``scheduler_config``) -> the config class, read from the build."""
     from compat.facts.reach import config_classes
-    from compat.vllm.static import StaticSurface
+    from compat.vllm.static import static_reading
 
-    static = next((s for s in (getattr(surface, "inner", None), getattr(surface, "static", None), surface)
-                   if isinstance(s, StaticSurface)), None)
+    static = static_reading(surface)
     if static is None:
         return {}
     found = {name: surface.lookup(path) for name, path in config_classes(static).items()}
@@ -456,9 +455,6 @@ class ProbeContext:
     def _class_of(self, ref: Ref, surface: Surface) -> Answer:
         if ref.kind == RefKind.ATTRIBUTE and ref.name in NOT_VLLM:
             return Unresolved(f"{ref.render()} is {NOT_VLLM[ref.name]}, not vLLM's", outside=True)
-        if ref.kind == RefKind.ATTRIBUTE and ref.name and ref.name.startswith("__") and ref.name.endswith("__"):
-            # ``SpeculativeConfig.__pydantic_decorators__``: made by Python or a library, not vLLM's API
-            return Unresolved(f"{ref.render()} is Python's or a library's ({ref.name}), not vLLM's", outside=True)
         if ref.kind == RefKind.SYMBOL:
             found = self.lookup(ref.symbol or "", surface)
             if isinstance(found, Found) and found.kind == FoundKind.ATTRIBUTE:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compat.consumer.result import Kind, TouchPoint
+from compat.consumer.result import Kind, PatchKind, TouchPoint
 from compat.facts import defaults, reach, resolution
 from compat.probe import ProbeContext
-from compat.vllm.static import StaticSurface
+from compat.vllm.static import StaticSurface, static_reading
 from compat.vllm.surface import Found, FoundKind, Surface
 
 CONFIG_PACKAGE = "vllm.config"
@@ -105,11 +105,7 @@ class Platform:
 def static_surface(ctx: ProbeContext, surface: Surface | None = None) -> StaticSurface | None:
     """The static reading of the audited build, or of ``surface`` (an installed build read by importing it keeps
     one too)."""
-    surface = surface or ctx.surface
-    for inner in (getattr(surface, "inner", None), getattr(surface, "static", None), surface):
-        if isinstance(inner, StaticSurface):
-            return inner
-    return None
+    return static_reading(surface or ctx.surface)
 
 
 def platforms(ctx: ProbeContext) -> list[Platform]:
@@ -241,7 +237,7 @@ def own_platform(ctx: ProbeContext) -> str | None:
     """The consumer's own platform (a platform plugin) made straight on vLLM's ``Platform`` interface, not on one of
     vLLM's platforms: what vLLM decides per platform (``current_platform.is_cuda_alike()``) it decides for itself."""
     for patch in ctx.scan.class_patches:
-        if patch.kind.value == "subclass":
+        if patch.kind == PatchKind.SUBCLASS:
             base = ctx.lookup(patch.target)
             if isinstance(base, Found) and base.path == PLATFORM:
                 return patch.patcher

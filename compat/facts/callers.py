@@ -146,16 +146,58 @@ _ASSIGNED: weakref.WeakKeyDictionary[ast.AST, dict[str, list[ast.expr]]] = weakr
 
 
 def _assignments(function: ast.AST) -> dict[str, list[ast.expr]]:
-    """The values the function assigns to each plain name (read once per function)."""
+    """The values the function assigns to each plain name (read once per function). A name bound any other way
+    (a parameter, ``+=``, a ``for``/``with``/``except`` target, unpacking, ``:=``, an import, ``global``, a nested
+    ``def``) gets its own name as one more value, so only a name bound by exactly one plain assignment (``x = v``,
+    ``x: T = v``) has exactly one value."""
     assigned = _ASSIGNED.get(function)
     if assigned is None:
         assigned = _ASSIGNED[function] = {}
-        for node in ast.walk(function):
-            if isinstance(node, ast.Assign):
-                for t in node.targets:
-                    if isinstance(t, ast.Name):
-                        assigned.setdefault(t.id, []).append(node.value)
+        nodes = _own_nodes(function)
+        plain: set[int] = set()
+        for node in nodes:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                target, value = node.target, node.value
+            else:
+                continue
+            if isinstance(target, ast.Name):
+                assigned.setdefault(target.id, []).append(value)
+                plain.add(id(target))
+        names: list[str] = []
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = function.args
+            names += [arg.arg for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if arg]
+        for node in nodes:
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and id(node) not in plain:
+                names.append(node.id)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                names.append(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names += [(alias.asname or alias.name).partition(".")[0] for alias in node.names]
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                names += node.names
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.append(node.name)
+        for name in names:
+            assigned.setdefault(name, []).append(ast.Name(id=name, ctx=ast.Load()))
     return assigned
+
+
+def _own_nodes(function: ast.AST) -> list[ast.AST]:
+    """The nodes of ``function``'s own body, not those inside the functions, lambdas and classes it defines
+    (their locals are their own); their decorators run here."""
+    out: list[ast.AST] = []
+    todo = list(ast.iter_child_nodes(function))
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            todo.extend(node.decorator_list)
+        elif not isinstance(node, ast.Lambda):
+            todo.extend(ast.iter_child_nodes(node))
+    return out
 
 
 def _guarded(function: ast.AST, call: ast.Call, parents: dict[int, ast.AST]) -> bool:

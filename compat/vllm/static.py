@@ -264,6 +264,15 @@ class StaticSurface:
         return self._definitions[name]
 
 
+def static_reading(surface: object) -> StaticSurface | None:
+    """The static reading behind ``surface``: itself, the one a cache wraps (``inner``) or the one an installed
+    build read by importing keeps beside it (``static``); None where there is none."""
+    for inner in (getattr(surface, "inner", None), getattr(surface, "static", None), surface):
+        if isinstance(inner, StaticSurface):
+            return inner
+    return None
+
+
 def _defined_at(index: SourceIndex, name: str) -> tuple[str, ...]:
     """The modules whose top level defines a class or function ``name``, as dotted paths, read with a regex (fast,
     no parsing; only the files whose text names it are searched)."""
