@@ -260,3 +260,28 @@ def test_a_state_from_other_options_or_no_state_file_is_refused(tmp_path, capsys
     assert main([str(tmp_path / "d"), "--state", str(other), "--no-progress"]) == 2
     assert "not a gate state file" in capsys.readouterr().err
     assert main([str(tmp_path / "d"), "--jobs", "0"]) == 2
+
+
+def test_a_state_file_nested_deep_or_no_file_is_one_clear_error_or_read_again(tmp_path, capsys):
+    """A 100k-deep line made Python's JSON reader raise RecursionError (an internal error); a FIFO as the state
+    file hung the run until killed."""
+    write_vllm(tmp_path / "d" / "hs_0.safetensors", torch.arange(6), layered(6, H, 3))
+    write_vllm(tmp_path / "d" / "hs_1.safetensors", torch.arange(6), layered(6, H, 3, seed=1))
+    deep = "[" * 100_000 + "]" * 100_000
+    header = tmp_path / "header.jsonl"
+    header.write_text(deep + "\n" + deep + "\n")
+    assert main([str(tmp_path / "d"), "--state", str(header), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "not a gate state file" in err, err
+    state = tmp_path / "state.jsonl"
+    assert main([str(tmp_path / "d"), "--state", str(state), "--no-progress"]) == 0
+    first, *records = state.read_text().splitlines()
+    state.write_text("\n".join([first, records[0], deep]) + "\n")
+    again = run_gate(GateOptions(paths=(tmp_path / "d",), state=state))
+    assert again.exit_code == 0 and again.summary.reused == 1, again.notes
+    assert any("1 line(s) could not be read" in n for n in again.notes), again.notes
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    assert main([str(tmp_path / "d"), "--state", str(fifo), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "not a regular file" in err, err

@@ -112,7 +112,7 @@ def discover(paths: tuple[Path | str, ...]) -> Discovered:
             else:
                 files.append(os.path.abspath(path))  # named explicitly: read whatever its suffix
             continue
-        if _is_file_path(path / DATA_CONFIG):
+        if os.path.lexists(path / DATA_CONFIG):  # whatever it is: reading it refuses what is no file
             configs.append(path / DATA_CONFIG)
         _walk(os.path.abspath(path), files, loops, regular)
     if not files and not loops:
@@ -120,7 +120,7 @@ def discover(paths: tuple[Path | str, ...]) -> Discovered:
         raise CompatError(f"no hidden-state files ({', '.join(sorted(DATA_SUFFIXES))}) under {shown}")
     files = sorted(set(files), key=natural_key)
     root = Path(os.path.commonpath([os.path.abspath(p if _is_dir_path(p) else p.parent) for p in local]))
-    if not configs and files and _is_file_path(Path(os.path.dirname(files[0])) / DATA_CONFIG):
+    if not configs and files and os.path.lexists(Path(os.path.dirname(files[0])) / DATA_CONFIG):
         configs.append(Path(os.path.dirname(files[0])) / DATA_CONFIG)
     return Discovered(files, root, configs[0] if configs else None, sorted(set(loops), key=natural_key),
                       frozenset(regular))
@@ -129,13 +129,6 @@ def discover(paths: tuple[Path | str, ...]) -> Discovered:
 def _is_dir_path(path: Path) -> bool:
     try:
         return path.is_dir()
-    except OSError:
-        return False
-
-
-def _is_file_path(path: Path) -> bool:
-    try:
-        return path.is_file()
     except OSError:
         return False
 

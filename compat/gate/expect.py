@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from compat.errors import CompatError
-from compat.gate.read.source import is_url, read_text
+from compat.gate.read import metadata
+from compat.gate.read.source import MAX_TEXT, is_url, read_text
 from compat.gate.read.tensors import canonical_dtype
 from compat.gate.read.views import SampleView
 
@@ -88,9 +89,10 @@ def read_model_config(path: Path) -> ModelInfo:
     if not config.exists():
         raise CompatError(f"--model {path}: no config.json there")
     try:
-        data = json.loads(config.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CompatError(f"--model {config}: unreadable config ({type(exc).__name__}: {exc})") from exc
+        data = metadata.loads(metadata.read_local(config, MAX_TEXT))
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CompatError(f"--model {config}: unreadable config ({type(exc).__name__}: {reason})") from None
     if not isinstance(data, dict):
         raise CompatError(f"--model {config}: not a JSON object")
     text = _text_config(data)
@@ -121,15 +123,81 @@ class DataConfig:
     hidden_size: int | None
 
 
-def read_data_config(path: Path | str) -> DataConfig:
-    """A speculators ``data_config.json``, local or named by URL."""
+@dataclass(frozen=True)
+class DataConfigFault:
+    """A ``data_config.json`` that cannot be taken at its word: what it states is not used, the samples are
+    judged without it, and this is a finding keyed to the file."""
+
+    path: Path | str
+    message: str
+    """One line: the key and the value where one is at fault, else what is wrong with the file."""
+
+
+MAX_LAYER_ID = 1 << 16
+MAX_HIDDEN_SIZE = 1 << 20
+
+
+def read_data_config(path: Path | str) -> DataConfig | DataConfigFault:
+    """A speculators ``data_config.json``, local or named by URL, read within bounds (``read.metadata``) and
+    held to the types speculators writes: no value is coerced (``"012"`` is no list of ids, ``1.9`` no id)."""
     try:
-        data = json.loads(read_text(path) if is_url(path) else Path(path).read_text())
-        layer_ids = data.get("hidden_states", {}).get("layer_ids")
-        model = data.get("model", {})
-        return DataConfig(path, tuple(int(i) for i in layer_ids) if layer_ids else None, model.get("hidden_size"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
-        raise CompatError(f"{path}: unreadable speculators data_config.json ({type(exc).__name__}: {exc})") from exc
+        data = metadata.loads(read_text(path) if is_url(path) else metadata.read_local(path))
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return DataConfigFault(path, f"unreadable ({type(exc).__name__}: {reason})")
+    try:
+        return DataConfig(path, _layer_ids(data), _hidden_size(data))
+    except ValueError as exc:
+        return DataConfigFault(path, str(exc))
+
+
+def _shown_json(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=True)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_JSON_TYPES = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+               float: "a number with a fraction or exponent", type(None): "null"}
+
+
+def _wrong(key: str, value: Any, wanted: str) -> ValueError:
+    return ValueError(f"{key} is {_shown_json(value)} ({_JSON_TYPES.get(type(value), type(value).__name__)}), "
+                      f"not {wanted}")
+
+
+def _section(data: Any, key: str) -> dict | None:
+    if not isinstance(data, dict):
+        raise _wrong("the file", data, "a JSON object")
+    section = data.get(key)
+    if section is not None and not isinstance(section, dict):
+        raise _wrong(key, section, "an object")
+    return section
+
+
+def _integer(key: str, value: Any, low: int, high: int, wanted: str) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise _wrong(key, value, wanted)
+    return value
+
+
+def _layer_ids(data: Any) -> tuple[int, ...] | None:
+    section = _section(data, "hidden_states")
+    if section is None or section.get("layer_ids") is None:
+        return None
+    ids = section["layer_ids"]
+    if not isinstance(ids, list) or not ids:
+        raise _wrong("hidden_states.layer_ids", ids, "a non-empty list of layer ids")
+    out = tuple(_integer(f"hidden_states.layer_ids[{i}]", v, 0, MAX_LAYER_ID,
+                         f"a layer id (an integer from 0 to {MAX_LAYER_ID})") for i, v in enumerate(ids))
+    return out  # an id may repeat: speculators' default for a six-layer model is [2, 3, 3, 5]
+
+
+def _hidden_size(data: Any) -> int | None:
+    section = _section(data, "model")
+    if section is None or section.get("hidden_size") is None:
+        return None
+    return _integer("model.hidden_size", section["hidden_size"], 1, MAX_HIDDEN_SIZE,
+                    f"a hidden size (an integer from 1 to {MAX_HIDDEN_SIZE})")
 
 
 @dataclass(frozen=True)

@@ -70,16 +70,21 @@ def run_gate(options: GateOptions, progress: Progress | None = None) -> GateResu
             gc.enable()
 
 
-def _expectations(options: GateOptions,
-                  data_config: Path | str | None) -> tuple[expect.Expectations, tuple[expect.Conflict, ...]]:
+def _expectations(options: GateOptions, data_config: Path | str | None
+                  ) -> tuple[expect.Expectations, tuple[expect.Conflict | expect.DataConfigFault, ...]]:
+    """What the samples are judged by, and what is wrong with the metadata: each flag that contradicts
+    ``data_config.json``, or the file itself where it cannot be taken at its word (then it states nothing)."""
     model = expect.read_model_config(options.model) if options.model else None
     if model is None and options.reference is not None:
         model = expect.read_model_config(options.reference)
     dc = expect.read_data_config(data_config) if data_config else None
-    return expect.build(hidden_size=options.hidden_size, dtype=options.dtype, layers=options.layers,
-                        layer_ids=options.layer_ids, model=model, data_config=dc,
-                        override_data_config=options.override_data_config,
-                        model_flag="--model" if options.model else "--reference")
+    fault = (dc,) if isinstance(dc, expect.DataConfigFault) else ()
+    exp, conflicts = expect.build(hidden_size=options.hidden_size, dtype=options.dtype, layers=options.layers,
+                                  layer_ids=options.layer_ids, model=model,
+                                  data_config=dc if isinstance(dc, expect.DataConfig) else None,
+                                  override_data_config=options.override_data_config,
+                                  model_flag="--model" if options.model else "--reference")
+    return exp, fault + conflicts
 
 
 def _judge(phase: Phase, subjects: Subjects, found: RuleResults) -> list[Key]:
@@ -108,10 +113,10 @@ def _read_subjects(views: list[FileView], base: Context, contexts: dict[Layout, 
                 yield s.file, s.index, fault, contexts[s.layout]
 
 
-def _dataset_read_subjects(conflicts: tuple[expect.Conflict, ...], outliers: list[LayoutOutlier], base: Context,
-                           contexts: dict[Layout, Context]) -> Subjects:
-    """Phase.READ, about datasets: each flag that contradicts data_config.json (keyed to that file), each sample
-    whose layout is not its directory's."""
+def _dataset_read_subjects(conflicts: tuple[expect.Conflict | expect.DataConfigFault, ...],
+                           outliers: list[LayoutOutlier], base: Context, contexts: dict[Layout, Context]) -> Subjects:
+    """Phase.READ, about datasets: a data_config.json that cannot be taken at its word and each flag that
+    contradicts one (keyed to that file), each sample whose layout is not its directory's."""
     for c in conflicts:
         yield str(c.path), None, c, base
     for o in outliers:
@@ -264,6 +269,8 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
         notes.append("several layouts: expectations no flag states come from each layout's own majority; the "
                      f"ones shown are for {shown_layout.value}")
     if data_config is not None:
-        notes.append(f"speculators data_config.json read from {data_config}")
+        refused = any(isinstance(c, expect.DataConfigFault) for c in conflicts)
+        notes.append(f"speculators data_config.json {'refused (see its finding)' if refused else 'read'} from "
+                     f"{data_config}")
     return GateResult(tuple(findings), summary, exp, tuple(map(str, options.paths)), str(root), options.as_dict(),
                       reference, tuple(notes), options.strict, consistency or None)

@@ -33,6 +33,7 @@ from compat import __version__
 from compat.errors import CompatError
 from compat.gate.filejson import decode_result, encode_result
 from compat.gate.filestep import FileResult, ReadHints
+from compat.gate.read import metadata
 from compat.gate.read.source import is_url
 
 FORMAT = "compat.gate.state/1"
@@ -109,7 +110,7 @@ class StateFile:
         """Take in what ``lines`` recorded; False when they are to be started again."""
         try:
             found = json.loads(lines[0])
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than Python's reader goes: not what a run writes
             found = None
         if not isinstance(found, dict) or found.get("format") != FORMAT:
             if len(lines) == 1 and not lines[0].endswith("\n"):  # cut short while its first line was written
@@ -130,7 +131,7 @@ class StateFile:
                 if not (type(path) is str and type(size) is int and type(mtime) is int and isinstance(
                         record["result"], dict) and (etag is None or type(etag) is str)):
                     raise ValueError("a field of the wrong type")
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 if n == len(lines) and not line.endswith("\n"):
                     self.notes.append(f"state file {self.path}: its last line was cut short (a run stopped while "
                                       "writing it): that file is read again")
@@ -155,6 +156,15 @@ class StateFile:
 
 
 def _lines(path: Path) -> list[str]:
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise CompatError(f"--state {path}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode) or metadata.system_path(path):
+        raise CompatError(f"--state {path}: not a regular file of its own (a FIFO, a device, a directory or a "
+                          "system file): name a file the gate may write")
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
             return f.readlines()

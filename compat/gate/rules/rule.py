@@ -6,8 +6,9 @@ subject depends on the phase it runs in:
 
 - ``Phase.READ``: each thing reading could not make sense of: a file's ``ReadFailure`` or a sample's
   ``EntryFault`` (``compat.gate.read.views``), a sample whose layout is not its dataset's
-  (``compat.gate.datasets.LayoutOutlier``), and each flag that contradicts ``data_config.json``
-  (``compat.gate.expect.Conflict``, keyed to that file);
+  (``compat.gate.datasets.LayoutOutlier``), each flag that contradicts ``data_config.json``
+  (``compat.gate.expect.Conflict``, keyed to that file) and a ``data_config.json`` that cannot be taken at its
+  word (``compat.gate.expect.DataConfigFault``);
 - ``Phase.HEADER``: each ``SampleView``: shapes and dtypes from the headers alone (every run);
 - ``Phase.VALUES`` (``--values``): each sound sample's ``SampleValues`` (``compat.gate.value_stats``), or a
   file's ``ReadFailure`` when its tensor values could not be read; then the all-zero loss masks, a sample's or
@@ -30,7 +31,7 @@ from typing import Any
 from compat.findings import Status
 from compat.gate.consistency import Standing
 from compat.gate.datasets import LayoutOutlier, UnusedMasks
-from compat.gate.expect import Conflict, Expectations
+from compat.gate.expect import Conflict, DataConfigFault, Expectations
 from compat.gate.options import GateOptions
 from compat.gate.pairing import Pairing
 from compat.gate.read.views import EntryFault, ReadFailure
@@ -75,7 +76,7 @@ class Context:
     options: GateOptions
 
 
-ReadSubject = ReadFailure | EntryFault | LayoutOutlier | Conflict
+ReadSubject = ReadFailure | EntryFault | LayoutOutlier | Conflict | DataConfigFault
 ValueSubject = SampleValues | ReadFailure | UnusedMasks
 DatasetSubject = Standing
 ReferenceSubject = Comparison | ComparisonError | Pairing
