@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import zipfile
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -19,7 +20,7 @@ from compat.gate.cli import main
 from compat.gate.collect import MESSAGE_LIMIT
 from compat.gate.options import GateOptions
 from compat.gate.runner import run_gate
-from tests.gate_files import layered, markdown_text, markdown_tokens, write_data_config, write_speculators, write_vllm
+from tests.gate_files import layered, markdown_text, markdown_tokens, write_speculators, write_vllm
 
 H = 16
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J"
@@ -110,18 +111,18 @@ def test_a_good_file_whose_name_is_not_utf8_passes_values_and_reads_xff(tmp_path
 
 def test_a_run_that_cannot_go_on_still_writes_json_naming_the_error(tmp_path, capsys):
     write_speculators(tmp_path / "data_0.pt", torch.arange(8), layered(8, H, 4))
-    config = write_data_config(tmp_path, [1, 2, 3, 4], H)
-    config.write_text(config.read_text()[:40])  # cut short
-    assert main([str(tmp_path), "--format", "json", "--no-progress"]) == 2
+    (tmp_path / "model").mkdir()
+    no_model = ["--model", str(tmp_path / "model")]  # a model directory without its config.json
+    assert main([str(tmp_path), "--format", "json", "--no-progress", *no_model]) == 2
     captured = capsys.readouterr()
     document = json.loads(captured.out)
     assert document["schema"] == "compat.gate/1" and document["exit_code"] == 2
-    assert document["error"]["type"] == "CompatError" and "data_config.json" in document["error"]["message"]
-    assert captured.err.count("\n") == 1 and "data_config.json" in captured.err
+    assert document["error"]["type"] == "CompatError" and "config.json" in document["error"]["message"]
+    assert captured.err.count("\n") == 1 and "config.json" in captured.err
     out = tmp_path / "report.json"
     assert main([str(tmp_path), "--format=json", "--output", str(out), "--bogus-flag"]) == 2
     assert "--bogus-flag" in json.loads(out.read_text())["error"]["message"] and not capsys.readouterr().out
-    assert main([str(tmp_path), "--no-progress"]) == 2 and not capsys.readouterr().out  # not asked: no JSON
+    assert main([str(tmp_path), "--no-progress", *no_model]) == 2 and not capsys.readouterr().out  # no JSON asked
 
 
 def _finding(tmp_path: Path, name: str, *flags: str) -> dict:
@@ -211,3 +212,63 @@ def test_markdown_shows_names_as_written_never_as_markup(tmp_path):
             row = tokens[i + 1:tokens.index(next(u for u in tokens[i:] if u.type == "tr_close"), i)]
             widths.append(sum(u.type in ("td_open", "th_open") for u in row))
     assert widths and set(widths) == {6}, widths  # the counts table (5 statuses, allowed), the findings table
+
+
+PINGS = "@someone-see-https://evil.example/x-www.evil.com-#12-a@b.co"
+
+
+def test_markdown_makes_no_mention_issue_reference_or_bare_link_of_a_name(tmp_path):
+    """GitHub turns ``@someone`` into a notification, ``#12`` into an issue link and ``https://…``/``www.…`` into
+    links even in plain text: a tensor's or file's name holding them must do none of it, and read the same."""
+    directory = tmp_path / "data"
+    directory.mkdir()
+    save_file({f"layer{PINGS}": torch.zeros(2)}, str(directory / "pings.safetensors"))
+    code, text = _gate(tmp_path, str(directory), "--format", "markdown", "--show-ok")
+    assert code == 1
+    shown = markdown_text(text)
+    assert f"layer{PINGS}" in shown.replace("\u200b", ""), shown
+    assert not re.search(r"@[A-Za-z0-9]", shown), shown  # a mention, or an email link
+    assert not re.search(r"https?://|www\.|#[0-9]", shown), shown
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_noncharacters_in_names_keep_every_report_readable(tmp_path, fmt):
+    """U+FFFE and U+FFFF are not characters XML 1.0 allows: one in a tensor or file name made the JUnit report
+    unparseable; no format shows them raw."""
+    directory = tmp_path / "data"
+    directory.mkdir()
+    save_file({"layer\uffff\ufffe\ufdd0": torch.zeros(2)}, str(directory / "x\uffff.safetensors"))
+    code, text = _gate(tmp_path, str(directory), "--format", fmt)
+    assert code == 1 and text
+    assert not re.search("[\ufdd0-\ufdef\ufffe\uffff]", text), fmt
+    if fmt == "junit":
+        ET.fromstring(text)
+    shown = json.dumps(text) if fmt == "json" else text
+    assert "\\\\uffff" in shown or "\\uffff" in shown, shown[:2000]
+
+
+@pytest.mark.parametrize("target", ["/proc/self/environ", "/proc/self/cmdline"])
+def test_links_to_system_files_are_never_read_and_links_outside_only_when_asked(tmp_path, target, monkeypatch):
+    """A dataset's links to /proc/self/environ or /proc/self/cmdline were read and 8 bytes of each reached the
+    report; a link out of the dataset reads files nobody named. Right data beside them still passes."""
+    monkeypatch.setenv("COMPAT_SECRET_PROBE", "hunter2-secret")
+    data = tmp_path / "data"
+    write_vllm(data / "hs_0.safetensors", torch.arange(6), layered(6, H, 3))
+    outside = tmp_path / "elsewhere"
+    write_vllm(outside / "hs_9.safetensors", torch.arange(6), layered(6, H, 3, seed=9))
+    os.symlink(target, data / "hs_1.safetensors")
+    os.symlink(target, data / "hs_2.pt")
+    os.symlink(outside / "hs_9.safetensors", data / "hs_3.safetensors")
+    os.symlink(outside, data / "more")
+    for fmt in FORMATS:
+        code, text = _gate(tmp_path, str(data), "--format", fmt)
+        assert code == 1 and "hunter2" not in text and "COMPAT_SECRET" not in text, fmt
+    report = json.loads(_gate(tmp_path, str(data), "--format", "json")[1])
+    broken = {f["symbol"]: f["message"] for f in report["findings"] if f["status"] == "broken"}
+    assert set(broken) == {"hs_1.safetensors", "hs_2.pt", "hs_3.safetensors", "more"}, broken
+    assert all("a system file: never read" in broken[name] for name in ("hs_1.safetensors", "hs_2.pt")), broken
+    assert all("outside the dataset's root" in broken[name] for name in ("hs_3.safetensors", "more")), broken
+    followed = json.loads(_gate(tmp_path, str(data), "--format", "json", "--follow-links")[1])
+    broken = {f["symbol"] for f in followed["findings"] if f["status"] == "broken"}
+    assert broken == {"hs_1.safetensors", "hs_2.pt"}, broken  # /proc stays unread whatever the flag
+    assert followed["summary"]["files"] == 5 and followed["options"]["follow_links"] is True

@@ -70,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--override-data-config", action="store_true",
                    help="--hidden-size, --layers and --layer-ids win over a data_config.json beside the files that "
                         "says otherwise (reported as allowed); without it the file wins and the contradiction fails")
+    p.add_argument("--follow-links", action="store_true",
+                   help="read the files and directories that links lead to outside the paths given (without it "
+                        "such a link is a finding, unread); a link into /proc, /sys or /dev is never read")
     p.add_argument("--values", action="store_true",
                    help="read tensor values too: finite, no all-zero layer or row, no duplicate layer or row, "
                         "plausible order, and each sample against the rest of its dataset")
@@ -129,7 +132,7 @@ def options_from(args: argparse.Namespace) -> GateOptions:
     return GateOptions(
         paths=tuple(args.paths), layout=layout, model=args.model, hidden_size=args.hidden_size, dtype=args.dtype,
         layers=args.layers, layer_ids=args.layer_ids, override_data_config=args.override_data_config,
-        values=args.values,
+        values=args.values, follow_links=args.follow_links,
         nonfinite=_choice(args.nonfinite, NONFINITE_POLICIES, "--nonfinite"), reference=args.reference,
         reference_samples=args.reference_samples,
         reference_device=_choice(args.reference_device, ("cpu", "cuda", "auto"), "--reference-device"),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from compat.errors import CompatError
 from compat.gate.read.files import DATA_SUFFIXES
+from compat.gate.read.metadata import system_path
 from compat.gate.read.source import exists, is_url, listing
 
 DATA_CONFIG = "data_config.json"
@@ -25,11 +26,25 @@ def natural_key(path: str) -> tuple:
     return head, tuple(parts)
 
 
-def _walk(top: str, files: list[str], loops: list[str], regular: set[str]) -> None:
+def _outside(path: str, roots: tuple[str, ...], follow: bool) -> str | None:
+    """Why the link ``path`` is not followed: it resolves into ``/proc``, ``/sys`` or ``/dev`` (never), or, unless
+    ``follow``, out of every root given (``roots``: their real paths); None where it may be."""
+    real = os.path.realpath(path)
+    if system_path(real):
+        return f"a link to {real}, a system file: never read"
+    if not follow and not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots):
+        return f"a link to {real}, outside the dataset's root: not read (--follow-links reads it)"
+    return None
+
+
+def _walk(top: str, files: list[str], loops: list[str], regular: set[str], refused: dict[str, str],
+          roots: tuple[str, ...] = (), follow: bool = False) -> None:
     """Data files under ``top``, depth first; a directory reached twice (a symlink loop, or two links to one
     directory) is walked once and the later link listed in ``loops``. Those the listing itself says are regular
     files (no link, no FIFO or device: the directory entry's type, read without a system call) go in ``regular``
-    too, so reading them needs no ``stat`` first."""
+    too, so reading them needs no ``stat`` first. A link (to a file or a directory) that leads out of ``roots``
+    is not followed unless ``follow``, one into ``/proc``, ``/sys`` or ``/dev`` never: each goes in ``refused``
+    with the reason."""
     # os.scandir, not os.walk + pathlib: listing 100k files must cost less than checking them. A stack, not
     # recursion: a tree nested thousands deep is not a reason to crash.
     seen: set[tuple[int, int]] = set()
@@ -50,6 +65,10 @@ def _walk(top: str, files: list[str], loops: list[str], regular: set[str]) -> No
             for entry in entries:
                 if entry.name.startswith("."):
                     continue  # dot-files are other tools' in-progress writes (atomic renames), not data
+                if entry.is_symlink() and (entry.name.endswith(_SUFFIXES) or _is_dir(entry)) and (
+                        why := _outside(entry.path, roots, follow)):
+                    refused[entry.path] = why
+                    continue
                 if _is_dir(entry):
                     subdirs.append(entry.path)
                 elif entry.name.endswith(_SUFFIXES):  # the name's suffix: it does not begin with "."
@@ -84,12 +103,14 @@ class Discovered:
     """Directory links that lead back to a directory already walked: not followed, each reported."""
     regular: frozenset[str] = frozenset()
     """Files the directory listing says are regular files (not links): read without a ``stat`` first."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """Links not followed (out of the roots given, or into ``/proc``, ``/sys``, ``/dev``), each with why."""
     stamps: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
     """Files named by URL, each with what its listing says makes it unchanged (``source.listed_stamp``: size and
     ETag, or size and modification time): what ``--state`` records them by, with no request of its own."""
 
 
-def discover(paths: tuple[Path | str, ...]) -> Discovered:
+def discover(paths: tuple[Path | str, ...], follow_links: bool = False) -> Discovered:
     """Data files under ``paths`` (natural order), their common root, and a data_config.json if one is there.
     Paths are local, or all URLs (``compat.gate.read.source``): then so are the files, root and config."""
     urls = [p for p in paths if is_url(p)]
@@ -103,6 +124,8 @@ def discover(paths: tuple[Path | str, ...]) -> Discovered:
     loops: list[str] = []
     regular: set[str] = set()
     configs: list[Path] = []
+    refused: dict[str, str] = {}
+    roots = tuple(os.path.realpath(p if _is_dir_path(p) else p.parent) for p in local)
     for path in local:
         if not os.path.lexists(path):
             raise CompatError(f"{path}: no such file or directory")
@@ -112,18 +135,25 @@ def discover(paths: tuple[Path | str, ...]) -> Discovered:
             else:
                 files.append(os.path.abspath(path))  # named explicitly: read whatever its suffix
             continue
-        if os.path.lexists(path / DATA_CONFIG):  # whatever it is: reading it refuses what is no file
-            configs.append(path / DATA_CONFIG)
-        _walk(os.path.abspath(path), files, loops, regular)
-    if not files and not loops:
+        config = path / DATA_CONFIG
+        if os.path.islink(config) and (why := _outside(str(config), roots, follow_links)):
+            refused[os.path.abspath(config)] = why
+        elif os.path.lexists(config):  # whatever it is: reading it refuses what is no file
+            configs.append(config)
+        _walk(os.path.abspath(path), files, loops, regular, refused, roots, follow_links)
+    if not files and not loops and not refused:
         shown = ", ".join(map(str, paths))
         raise CompatError(f"no hidden-state files ({', '.join(sorted(DATA_SUFFIXES))}) under {shown}")
     files = sorted(set(files), key=natural_key)
     root = Path(os.path.commonpath([os.path.abspath(p if _is_dir_path(p) else p.parent) for p in local]))
-    if not configs and files and os.path.lexists(Path(os.path.dirname(files[0])) / DATA_CONFIG):
-        configs.append(Path(os.path.dirname(files[0])) / DATA_CONFIG)
+    beside = Path(os.path.dirname(files[0])) / DATA_CONFIG if files else None
+    if not configs and beside is not None and os.path.lexists(beside):
+        if os.path.islink(beside) and (why := _outside(str(beside), roots, follow_links)):
+            refused[str(beside)] = why
+        else:
+            configs.append(beside)
     return Discovered(files, root, configs[0] if configs else None, sorted(set(loops), key=natural_key),
-                      frozenset(regular))
+                      frozenset(regular), refused=refused)
 
 
 def _is_dir_path(path: Path) -> bool:

@@ -38,6 +38,8 @@ class GateOptions:
     neither this nor ``state`` is among the report's ``options``."""
     state: Path | None = None
     """``--state``: record each checked file there, and take unchanged files' results from it."""
+    follow_links: bool = False
+    """``--follow-links``: read what links lead to outside the roots given (never ``/proc``, ``/sys``, ``/dev``)."""
     ray: str | None = None
     """``--ray [ADDRESS]``: read the files as tasks on this Ray cluster (``""``: Ray's default, ``RAY_ADDRESS`` or a
     local one; ``compat.gate.raytasks``), ``jobs`` aside. Not in the report either."""
@@ -49,4 +51,4 @@ class GateOptions:
                 "nonfinite": self.nonfinite, "reference": str(self.reference) if self.reference else None,
                 "reference_samples": self.reference_samples,
                 "reference_device": self.reference_device, "layer_numbering": self.layer_numbering,
-                "ignore": sorted(self.ignore), "strict": self.strict}
+                "ignore": sorted(self.ignore), "strict": self.strict, "follow_links": self.follow_links}

@@ -6,7 +6,7 @@ JSON schema ``compat.gate/1`` (``as_json``)::
      "paths": [str], "source_root": str,
      "options": {"layout", "values", "override_data_config", "nonfinite", "reference", "reference_samples",
                  "reference_device", "layer_numbering",
-                 "ignore", "strict"},
+                 "ignore", "strict", "follow_links"},
      "expected": {"hidden_size" | "dtype" | "layers" | "layer_ids" | "vocab_size": {"value", "source"} | null},
      "summary": {"files", "samples", "tokens", "bytes", "value_bytes", "seconds",
                  "layouts": {layout: files}, "failures_by_rule": {rule: n},

@@ -214,7 +214,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     started = time.perf_counter()
     forget_headers()  # a run costs what its own files do, whatever ran before it in this process
     configure_storage(dict(options.storage_options))  # for the URLs' filesystems, wherever they are read
-    found_files = discover(options.paths)
+    found_files = discover(options.paths, options.follow_links)
     root, data_config = found_files.root, found_files.data_config
     exp, conflicts = _expectations(options, data_config)
     mapped = map_files(found_files.files, found_files.regular, _hints(options, exp), options.jobs, options.state,
@@ -224,6 +224,8 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     views += [FileView(link, 0, failure=ReadFailure(
         FailureKind.UNREADABLE, "a link to a directory already walked (a symlink loop, or a second link to the "
         "same directory): not walked again", "SymlinkLoop", fix=NOT_DATA)) for link in found_files.loops]
+    views += [FileView(link, 0, failure=ReadFailure(FailureKind.UNREADABLE, why, "LinkNotFollowed", fix=NOT_DATA))
+              for link, why in found_files.refused.items()]
     samples = [s for view in views for s in view.samples]
     outliers = layout_outliers(samples)
     misplaced = {(o.view.file, o.view.index) for o in outliers}

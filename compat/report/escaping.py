@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import re
 
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+_NONCHARACTERS = "\ufdd0-\ufdef\ufffe\uffff" + "".join(
+    f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(1, 17))
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff"
+                     + _NONCHARACTERS + "]")
 """C0 controls, DEL, C1 controls; the bidirectional marks and overrides that reorder what a reader sees, and the
-line and paragraph separators some viewers break lines at; lone surrogates (no encoder accepts them)."""
+line and paragraph separators some viewers break lines at; lone surrogates (no encoder accepts them); Unicode's
+66 noncharacters (U+FDD0-U+FDEF and the last two code points of every plane: XML 1.0 forbids U+FFFE and U+FFFF,
+so one in a name made the JUnit report unparseable)."""
 
 
 def escaped(text: str | None, keep: str = "") -> str:
@@ -30,4 +35,4 @@ def _escape(char: str, keep: str) -> str:
         return f"\\x{code:02x}"
     if 0xDC80 <= code <= 0xDCFF:
         return f"\\x{code - 0xDC00:02x}"
-    return f"\\u{code:04x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

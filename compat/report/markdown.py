@@ -21,10 +21,18 @@ A file's name or a tensor's can hold any of it: ``[x](https://…)`` would be a 
 ``<img src=…>`` an image fetched from anywhere."""
 
 
+_AUTOLINK = re.compile(r"@|(?<=#)(?=[0-9])|(?i:(?<=www)(?=\.)|(?<=[a-z])(?=://))")
+"""Where GitHub would turn plain text into a link or a notification: ``@someone`` (a mention; ``a@b.c`` an email
+link), ``#12`` (an issue), ``https://…`` and ``www.…`` (extended autolinks). A zero-width space there breaks each,
+and the text reads the same."""
+_ZWSP = "&#8203;"
+
+
 def _cell(text: str | None) -> str:
     """One line of a table cell or list item as plain text: control characters (from the files read) escaped,
-    Markdown's markup characters shown as themselves."""
-    return _MARKUP.sub(lambda m: "\\" + m.group(), escaped((text or "").replace("\n", " ")))
+    Markdown's markup characters shown as themselves, no mention, issue reference or bare link made of it."""
+    plain = _MARKUP.sub(lambda m: "\\" + m.group(), escaped((text or "").replace("\n", " ")))
+    return _AUTOLINK.sub(lambda m: m.group() + _ZWSP, plain)
 
 
 def _code(text: str | None, in_table: bool = True) -> str:

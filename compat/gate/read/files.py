@@ -8,6 +8,7 @@ import stat
 import traceback
 
 from compat.gate.read.layouts import Layout
+from compat.gate.read.metadata import system_path
 from compat.gate.read.safetensors_header import HeaderError, read_header, read_header_at
 from compat.gate.read.samples import LayoutMismatch, missing_tensors_sample, names, sample_from_object, stacked_sample
 from compat.gate.read.source import RemoteFile, StorageError, is_url, open_remote
@@ -39,6 +40,9 @@ def read_file(path: str, forced: Layout | None = None, hidden_size: int | None =
     try:
         if listed_regular and path.endswith(".safetensors"):
             return read_safetensors(path, forced)
+        if not listed_regular and (system := system_path(path)):  # a link, or a name given: never /proc's
+            return FileView(path, 0, failure=_unreadable(f"it resolves to {system}, a system file: never read",
+                                                         "SystemFile", fix=NOT_DATA))
         info = os.stat(path)
     except OSError as exc:
         return FileView(path, 0, failure=_cannot_open(exc))
