@@ -224,3 +224,32 @@ def test_two_models_datasets_side_by_side_are_not_compared_with_each_other(model
     assert result.exit_code == 0, [f.message for f in result.failing()]
     assert sorted(result.consistency) == ["base (speculators-pt)", "tuned (speculators-pt)"]
     assert all(c["shared_prefix"]["samples"] == SAMPLES for c in result.consistency.values())
+
+
+def _run_of(directory: Path, hf, prompts: list, layer_ids: tuple[int, ...], stated: tuple[int, ...]) -> None:
+    """One extraction run's files: each prompt's real states at ``layer_ids``, beside a data_config.json that
+    states ``stated`` (the run's own ids, where it is right)."""
+    with torch.no_grad():
+        for i, ids in enumerate(prompts):
+            hs = hf(ids[None], output_hidden_states=True).hidden_states
+            write_speculators(directory / f"data_{i}.pt", ids, [hs[k + 1][0] for k in layer_ids])
+    write_data_config(directory, list(stated), HIDDEN)
+
+
+def test_each_directory_is_judged_by_its_own_data_config(model, hf, tmp_path):
+    """Two right runs of one model with other layer ids, in two directories under one root, each with its own
+    data_config.json: the first config read judged both, and the second run's 4 samples failed layer_count. A
+    third directory whose config says 3 layers while its files hold 2 passed, judged by the first config."""
+    prompts = _prompts(model, 4)
+    _run_of(tmp_path / "data" / "two", hf, prompts, (0, 2), (0, 2))
+    _run_of(tmp_path / "data" / "three", hf, prompts, (0, 1, 3), (0, 1, 3))
+    write_data_config(tmp_path / "data", [0, 2], HIDDEN)  # the top's: governs what no nearer one does
+    result = run_gate(GateOptions(paths=(tmp_path / "data",), values=True))
+    assert result.exit_code == 0, [(f.check, f.symbol, f.message) for f in result.failing()]
+    assert sum("governs the files under its directory" in n for n in result.notes) == 3, result.notes
+    _run_of(tmp_path / "data" / "short", hf, prompts, (0, 2), (0, 1, 3))
+    result = run_gate(GateOptions(paths=(tmp_path / "data",), values=True))
+    assert _failing(result) == {"layer_count": [f"short/data_{i}.pt" for i in range(4)]}, \
+        [(f.check, f.symbol, f.message) for f in result.failing()]
+    assert all("short/data_config.json" in f.message for f in result.failing()), \
+        [f.message for f in result.failing()]

@@ -38,13 +38,14 @@ def _outside(path: str, roots: tuple[str, ...], follow: bool) -> str | None:
 
 
 def _walk(top: str, files: list[str], loops: list[str], regular: set[str], refused: dict[str, str],
-          roots: tuple[str, ...] = (), follow: bool = False) -> None:
+          roots: tuple[str, ...] = (), follow: bool = False, configs: dict[str, Path | str] | None = None) -> None:
     """Data files under ``top``, depth first; a directory reached twice (a symlink loop, or two links to one
     directory) is walked once and the later link listed in ``loops``. Those the listing itself says are regular
     files (no link, no FIFO or device: the directory entry's type, read without a system call) go in ``regular``
     too, so reading them needs no ``stat`` first. A link (to a file or a directory) that leads out of ``roots``
     is not followed unless ``follow``, one into ``/proc``, ``/sys`` or ``/dev`` never: each goes in ``refused``
-    with the reason."""
+    with the reason. Each ``data_config.json`` goes in ``configs`` by its directory (whatever kind of file it is:
+    reading it refuses what is no file)."""
     # os.scandir, not os.walk + pathlib: listing 100k files must cost less than checking them. A stack, not
     # recursion: a tree nested thousands deep is not a reason to crash.
     seen: set[tuple[int, int]] = set()
@@ -65,9 +66,12 @@ def _walk(top: str, files: list[str], loops: list[str], regular: set[str], refus
             for entry in entries:
                 if entry.name.startswith("."):
                     continue  # dot-files are other tools' in-progress writes (atomic renames), not data
-                if entry.is_symlink() and (entry.name.endswith(_SUFFIXES) or _is_dir(entry)) and (
-                        why := _outside(entry.path, roots, follow)):
+                if entry.is_symlink() and (entry.name.endswith(_SUFFIXES) or entry.name == DATA_CONFIG or _is_dir(
+                        entry)) and (why := _outside(entry.path, roots, follow)):
                     refused[entry.path] = why
+                    continue
+                if entry.name == DATA_CONFIG and configs is not None:
+                    configs.setdefault(directory, Path(entry.path))
                     continue
                 if _is_dir(entry):
                     subdirs.append(entry.path)
@@ -99,11 +103,14 @@ class Discovered:
     root: Path | str
     """A directory, or the URL all URLs given lie under."""
     data_config: Path | str | None
+    """The ``data_config.json`` at the top (or beside the first file): the one whose expectations are shown."""
     loops: list[str] = field(default_factory=list)
     """Directory links that lead back to a directory already walked: not followed, each reported."""
     regular: frozenset[str] = frozenset()
     """Files the directory listing says are regular files (not links): read without a ``stat`` first."""
     refused: dict[str, str] = field(default_factory=dict)
+    configs: dict[str, Path | str] = field(default_factory=dict)
+    """Every ``data_config.json`` found, by its directory: each governs the files under it (the nearest wins)."""
     """Links not followed (out of the roots given, or into ``/proc``, ``/sys``, ``/dev``), each with why."""
     stamps: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
     """Files named by URL, each with what its listing says makes it unchanged (``source.listed_stamp``: size and
@@ -125,6 +132,7 @@ def discover(paths: tuple[Path | str, ...], follow_links: bool = False) -> Disco
     regular: set[str] = set()
     configs: list[Path] = []
     refused: dict[str, str] = {}
+    found: dict[str, Path | str] = {}
     roots = tuple(os.path.realpath(p if _is_dir_path(p) else p.parent) for p in local)
     for path in local:
         if not os.path.lexists(path):
@@ -132,15 +140,15 @@ def discover(paths: tuple[Path | str, ...], follow_links: bool = False) -> Disco
         if not _is_dir_path(path):
             if path.name == DATA_CONFIG:
                 configs.append(path)
+                found[os.path.dirname(os.path.abspath(path))] = path
             else:
                 files.append(os.path.abspath(path))  # named explicitly: read whatever its suffix
             continue
         config = path / DATA_CONFIG
-        if os.path.islink(config) and (why := _outside(str(config), roots, follow_links)):
-            refused[os.path.abspath(config)] = why
-        elif os.path.lexists(config):  # whatever it is: reading it refuses what is no file
+        if os.path.lexists(config) and not (os.path.islink(config) and _outside(str(config), roots, follow_links)):
             configs.append(config)
-        _walk(os.path.abspath(path), files, loops, regular, refused, roots, follow_links)
+            found[os.path.abspath(path)] = config  # as given: reports name it so
+        _walk(os.path.abspath(path), files, loops, regular, refused, roots, follow_links, found)
     if not files and not loops and not refused:
         shown = ", ".join(map(str, paths))
         raise CompatError(f"no hidden-state files ({', '.join(sorted(DATA_SUFFIXES))}) under {shown}")
@@ -152,8 +160,9 @@ def discover(paths: tuple[Path | str, ...], follow_links: bool = False) -> Disco
             refused[str(beside)] = why
         else:
             configs.append(beside)
+            found.setdefault(os.path.dirname(os.path.abspath(beside)), beside)
     return Discovered(files, root, configs[0] if configs else None, sorted(set(loops), key=natural_key),
-                      frozenset(regular), refused=refused)
+                      frozenset(regular), refused=refused, configs=found)
 
 
 def _is_dir_path(path: Path) -> bool:
@@ -170,6 +179,7 @@ def _discover_urls(urls: list[str]) -> Discovered:
     files: list[str] = []
     configs: list[str] = []
     listed: set[str] = set()
+    governs: dict[str, Path | str] = {}
     stamps: dict[str, tuple[int, int, str | None]] = {}
     parents = []
     for url in urls:
@@ -177,6 +187,8 @@ def _discover_urls(urls: list[str]) -> Discovered:
         if single:
             parents.append(url.rpartition("/")[0])
             (configs if url.rpartition("/")[2] == DATA_CONFIG else files).append(url)
+            if url.rpartition("/")[2] == DATA_CONFIG:
+                governs[url.rpartition("/")[0]] = url
             if (stamp := found[""]) is not None:
                 stamps[url] = stamp
             continue
@@ -187,8 +199,10 @@ def _discover_urls(urls: list[str]) -> Discovered:
             if any(part.startswith(".") for part in parts):
                 continue
             listed.add(f"{top}/{rel}")
-            if rel == DATA_CONFIG:
-                configs.append(f"{top}/{rel}")
+            if parts[-1] == DATA_CONFIG:
+                governs[f"{top}/{rel}".rpartition("/")[0]] = f"{top}/{rel}"
+                if rel == DATA_CONFIG:
+                    configs.append(f"{top}/{rel}")
             elif parts[-1].endswith(_SUFFIXES):
                 files.append(f"{top}/{rel}")
                 if (stamp := found[rel]) is not None:
@@ -200,7 +214,8 @@ def _discover_urls(urls: list[str]) -> Discovered:
         beside = f"{files[0].rpartition('/')[0]}/{DATA_CONFIG}"
         if beside in listed or (not listed and exists(beside)):
             configs.append(beside)
-    return Discovered(files, _common(parents), configs[0] if configs else None, stamps=stamps)
+            governs.setdefault(beside.rpartition("/")[0], beside)
+    return Discovered(files, _common(parents), configs[0] if configs else None, stamps=stamps, configs=governs)
 
 
 def _common(urls: list[str]) -> str:

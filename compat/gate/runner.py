@@ -23,7 +23,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -103,59 +103,101 @@ def _judge(phase: Phase, subjects: Subjects, found: RuleResults) -> list[Key]:
     return skip
 
 
-def _read_subjects(views: list[FileView], base: Context, contexts: dict[Layout, Context]) -> Subjects:
+def _read_subjects(views: list[FileView], base: Context, contexts: Contexts) -> Subjects:
     """Phase.READ: each file that could not be read, each fault found in a sample."""
     for view in views:
         if view.failure is not None:
             yield view.path, None, view.failure, base
         for s in view.samples:
             for fault in s.faults:
-                yield s.file, s.index, fault, contexts[s.layout]
+                yield s.file, s.index, fault, contexts[s]
 
 
 def _dataset_read_subjects(conflicts: tuple[expect.Conflict | expect.DataConfigFault, ...],
-                           outliers: list[LayoutOutlier], base: Context, contexts: dict[Layout, Context]) -> Subjects:
+                           outliers: list[LayoutOutlier], base: Context, contexts: Contexts) -> Subjects:
     """Phase.READ, about datasets: a data_config.json that cannot be taken at its word and each flag that
     contradicts one (keyed to that file), each sample whose layout is not its directory's."""
     for c in conflicts:
         yield str(c.path), None, c, base
     for o in outliers:
-        yield o.view.file, o.view.index, o, contexts[o.view.layout]
+        yield o.view.file, o.view.index, o, contexts[o.view]
 
 
-def _by_layout(exp: expect.Expectations, samples: list[SampleView],
-               misplaced: set[Key]) -> dict[Layout, expect.Expectations]:
-    """Each layout's expectations, what no flag or config states taken from the majority of its samples: a run
-    over two datasets (say EAGLE checkpoints next to vLLM files) must not judge one by the other, nor a dataset
-    by a sample of its layout misplaced among another dataset's."""
+@dataclass(frozen=True)
+class Contexts:
+    """The context each sample is judged in: its dataset's, the samples of its layout that the same
+    ``data_config.json`` governs (the nearest one above their files; None: none does)."""
+
+    groups: dict[tuple[Path | str | None, Layout], Context]
+    governing: Callable[[str], Path | str | None]
+
+    def __getitem__(self, view: SampleView) -> Context:
+        return self.groups[(self.governing(view.file), view.layout)]
+
+
+def _governing(configs: dict[str, Path | str]) -> Callable[[str], Path | str | None]:
+    """The nearest ``data_config.json`` above a file (``configs``: directory -> its config), worked out once per
+    directory, without recursion (a tree may nest thousands deep)."""
+    known: dict[str, Path | str | None] = {}
+
+    def nearest(directory: str) -> Path | str | None:
+        passed, d = [], directory
+        while d not in known:
+            if d in configs:
+                known[d] = configs[d]
+                break
+            parent = d.rpartition("/")[0] if "://" in d else os.path.dirname(d)
+            if not parent or parent == d:
+                known[d] = None
+                break
+            passed.append(d)
+            d = parent
+        for p in passed:
+            known[p] = known[d]
+        return known[directory]
+
+    return lambda file: nearest(file.rpartition("/")[0] if "://" in file else os.path.dirname(file))
+
+
+def _by_group(exps: dict[Path | str | None, expect.Expectations], samples: list[SampleView], misplaced: set[Key],
+              governing: Callable[[str], Path | str | None]) -> dict[tuple[Path | str | None, Layout],
+                                                                   expect.Expectations]:
+    """Each dataset's expectations (the samples of one layout under one ``data_config.json``), what no flag or
+    config states taken from the majority of its samples: a run over two datasets (say EAGLE checkpoints next to
+    vLLM files, or two models' runs in two directories) must not judge one by the other, nor a dataset by a
+    sample of its layout misplaced among another dataset's."""
     kept = [s for s in samples if (s.file, s.index) not in misplaced] if misplaced else samples
-    return {layout: expect.fill_from_dataset(exp, [s for s in kept if s.layout is layout]) for layout in Layout}
+    members: dict[tuple[Path | str | None, Layout], list[SampleView]] = {}
+    for s in kept:
+        members.setdefault((governing(s.file), s.layout), []).append(s)
+    return {(config, layout): expect.fill_from_dataset(exp, members.get((config, layout), []))
+            for config, exp in exps.items() for layout in Layout}
 
 
-def _header_subjects(samples: list[SampleView], base: Context, contexts: dict[Layout, Context],
+def _header_subjects(samples: list[SampleView], base: Context, contexts: Contexts,
                      misplaced: set[Key]) -> Subjects:
     """Phase.HEADER: each sample, judged by its layout's expectations; a sample misplaced among another layout's
     dataset (its ``layout`` finding says so) by what is stated only: no dataset's majority is its own."""
     for s in samples:
-        yield s.file, s.index, s, base if misplaced and (s.file, s.index) in misplaced else contexts[s.layout]
+        yield s.file, s.index, s, base if misplaced and (s.file, s.index) in misplaced else contexts[s]
 
 
 def _dataset_value_subjects(scanned: list[tuple[str, FileValues]], base: Context,
-                            contexts: dict[Layout, Context]) -> Subjects:
+                            contexts: Contexts) -> Subjects:
     """Phase.VALUES, about datasets: all-zero loss masks, a sample's, or its directory's when every one is."""
     for u in unused_masks(v for _, values in scanned for v in values.samples):
         if u.view is None:
             yield u.dataset, None, u, base
         else:
-            yield u.view.file, u.view.index, u, contexts[u.view.layout]
+            yield u.view.file, u.view.index, u, contexts[u.view]
 
 
 def _value_subjects(scanned: list[tuple[str, FileValues]], base: Context,
-                    contexts: dict[Layout, Context]) -> Subjects:
+                    contexts: Contexts) -> Subjects:
     """Phase.VALUES: each measured sample, then its file's failure to read values, if any."""
     for path, values in scanned:
         for v in values.samples:
-            yield v.view.file, v.view.index, v, contexts[v.view.layout]
+            yield v.view.file, v.view.index, v, contexts[v.view]
         if values.failure is not None:
             yield path, None, values.failure, base
 
@@ -165,7 +207,7 @@ def _measures_values(options: GateOptions) -> bool:
     return options.values or options.reference is not None
 
 
-def _dataset_subjects(scanned: list[tuple[str, FileValues]], found: RuleResults, contexts: dict[Layout, Context],
+def _dataset_subjects(scanned: list[tuple[str, FileValues]], found: RuleResults, contexts: Contexts,
                       root: Path | str) -> tuple[Subjects, dict[Key, Standing], dict]:
     """Phase.DATASET: each measured sample nothing has failed yet, against the others of its dataset (the samples
     of its layout in its directory: two models' datasets side by side are not compared with each other)."""
@@ -177,11 +219,11 @@ def _dataset_subjects(scanned: list[tuple[str, FileValues]], found: RuleResults,
     standings: dict[Key, Standing] = {}
     summaries = {}
     for (directory, layout), members in datasets.items():
-        model_type = contexts[layout].expected.model_type
+        model_type = contexts[members[0].view].expected.model_type
         run = compare_samples(members, model_type.value if model_type else None)
         summaries[f"{where(root, directory, None)[0]} ({layout.value})"] = run.summary
         standings.update(((s.values.view.file, s.values.view.index), s) for s in run.standings)
-    subjects = [(key[0], key[1], s, contexts[s.values.view.layout]) for key, s in standings.items()]
+    subjects = [(key[0], key[1], s, contexts[s.values.view]) for key, s in standings.items()]
     return subjects, standings, summaries
 
 
@@ -216,7 +258,14 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     configure_storage(dict(options.storage_options))  # for the URLs' filesystems, wherever they are read
     found_files = discover(options.paths, options.follow_links)
     root, data_config = found_files.root, found_files.data_config
-    exp, conflicts = _expectations(options, data_config)
+    configs = found_files.configs or ({os.path.dirname(str(data_config)): data_config} if data_config else {})
+    exps: dict[Path | str | None, expect.Expectations] = {}
+    issues: list[expect.Conflict | expect.DataConfigFault] = []
+    for config in (None, *configs.values()):
+        exps[config], found_issues = _expectations(options, config)
+        issues += found_issues
+    conflicts = tuple(issues)
+    exp = exps[data_config] if data_config in exps else exps[None]
     mapped = map_files(found_files.files, found_files.regular, _hints(options, exp), options.jobs, options.state,
                        progress, options.ray, found_files.stamps)
     views = [r.view for r in mapped.results]
@@ -229,8 +278,9 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     samples = [s for view in views for s in view.samples]
     outliers = layout_outliers(samples)
     misplaced = {(o.view.file, o.view.index) for o in outliers}
-    by_layout = _by_layout(exp, samples, misplaced)
-    contexts = {layout: Context(e, options) for layout, e in by_layout.items()}
+    governing = _governing(configs)
+    by_group = _by_group(exps, samples, misplaced, governing)
+    contexts = Contexts({group: Context(e, options) for group, e in by_group.items()}, governing)
     base = Context(exp, options)
     found: RuleResults = {}
     _judge(Phase.READ, chain(_read_subjects(views, base, contexts),
@@ -243,7 +293,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     layouts = Counter(v.samples[0].layout for v in views if v.samples)
     shown_layout = layouts.most_common(1)[0][0] if layouts else None
     if shown_layout is not None:
-        exp = by_layout[shown_layout]
+        exp = by_group[(data_config, shown_layout)]
     reference = None
     if options.reference is not None:
         # Recompute only what can be compared row by row; a failed value rule (a NaN, a suspicious order) is
@@ -254,7 +304,7 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
         whys = {key: s.why() for key, s in standings.items() if s.outlier}
         run = recompute(options, options.reference, exp, candidates, whys)
         reference = run.report
-        _judge(Phase.REFERENCE, ((c.view.file, c.view.index, c, contexts[c.view.layout]) for c in run.comparisons),
+        _judge(Phase.REFERENCE, ((c.view.file, c.view.index, c, contexts[c.view]) for c in run.comparisons),
                found)
         _confirmed(found)
     findings = collect(views, found, options.ignore, root)
@@ -270,9 +320,12 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     if len(layouts) > 1 and shown_layout is not None:
         notes.append("several layouts: expectations no flag states come from each layout's own majority; the "
                      f"ones shown are for {shown_layout.value}")
-    if data_config is not None:
-        refused = any(isinstance(c, expect.DataConfigFault) for c in conflicts)
-        notes.append(f"speculators data_config.json {'refused (see its finding)' if refused else 'read'} from "
-                     f"{data_config}")
+    refused = {str(c.path) for c in conflicts if isinstance(c, expect.DataConfigFault)}
+    for config in configs.values():
+        notes.append(f"speculators data_config.json {'refused (see its finding)' if str(config) in refused else 'read'}"
+                     f" from {config}" + (": it governs the files under its directory" if len(configs) > 1 else ""))
+    if len(configs) > 1:
+        notes.append(f"{len(configs)} datasets, each judged by the nearest data_config.json above its files; the "
+                     f"expectations shown are {data_config}'s")
     return GateResult(tuple(findings), summary, exp, tuple(map(str, options.paths)), str(root), options.as_dict(),
                       reference, tuple(notes), options.strict, consistency or None)
