@@ -173,3 +173,35 @@ def test_vllm_ascend_s_own_patch_order_and_pydantic_s_dunders_are_not_the_build_
     assert [f.status for f in gate] == [Status.UNKNOWN], [f.message for f in gate]
     pydantic = [f for f in result.findings if "__pydantic_decorators__" in f.symbol and f.status is not Status.OK]
     assert pydantic == [], [f.message for f in pydantic]
+
+
+def test_ai_dynamo_s_find_spec_flag_and_pass_through_worker_are_judged_as_they_run(build):
+    """ai-dynamo 1.6.1 (pins vLLM 0.31.0; the releases nobody had read, found for the causes the corpus lacked):
+    ``vllm_protocol.py`` binds ``_HAS_GENERATE_PROTOCOL = find_spec("vllm.entrypoints.generate.base.protocol")
+    is not None`` in a ``try`` whose handler sets it False, then imports from the new module or the legacy one
+    (:25). The legacy import was judged broken at the build it pins, where the new module exists and the legacy
+    branch never runs. ``BenchmarkWorker(Worker).execute_model`` passes ``scheduler_output`` on to
+    ``super().execute_model`` (benchmark_worker.py:133): vLLM's engine loop, not the consumer's."""
+    scan = scan_tree(sources.tree_from_release("ai-dynamo", "1.6.1"))
+    for vllm in ("0.31.0", "0.34.0"):
+        findings = _audit(scan, build, vllm, "0.31.0").findings
+        legacy = [f for f in findings if f.consumer_location == "dynamo/frontend/vllm_protocol.py:25"]
+        assert legacy and all(f.status is Status.OK and "not run with this build" in f.message for f in legacy), \
+            [f.message for f in legacy]
+        loop = [f for f in findings if f.check == "protocol"
+                and f.consumer_location == "dynamo/vllm/benchmark_worker.py:133"]
+        assert [f.status for f in loop] == [Status.OK], [f.message for f in loop]
+        assert "vLLM's own engine calls it and drives the steps" in loop[0].message, loop[0].message
+
+
+def test_vllm_rbln_s_own_assert_on_vllm_s_version_breaks_its_import_at_the_next_release(build):
+    """vllm-rbln 0.12.0 (pins vLLM 0.30.0) asserts at the top of patches/harmony.py, which its patches package
+    imports: ``assert Version(version("vllm")) < Version("0.31.0"), ...`` (:38). At 0.31.0 the import raises
+    AssertionError; an ``assert`` was not read as a raise, so nothing was reported."""
+    scan = scan_tree(sources.tree_from_release("vllm-rbln", "0.12.0"))
+    for vllm, status in (("0.30.0", Status.OK), ("0.31.0", Status.BROKEN)):
+        gate = [f for f in _audit(scan, build, vllm, "0.30.0").findings
+                if f.check == "gate" and f.consumer_location == "vllm_rbln/patches/harmony.py:38"]
+        assert [f.status for f in gate] == [status], [f.message for f in gate]
+    assert f"raises for vLLM {vllm}" in gate[0].message and "if version >= 0.31.0" in gate[0].message, \
+        gate[0].message

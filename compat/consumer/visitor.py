@@ -348,14 +348,21 @@ class ModuleVisitor(ast.NodeVisitor):
             if guarded:
                 self.narrowing.append((None, "", f"try/except AttributeError at {self.loc(guarded[0])}"))
             self.catching += bool(node.handlers)
+            unbound = dict(self.scopes[-1].names)
             try:
                 self.visit_block(node.body)
             finally:
                 self.catching -= bool(node.handlers)
             if guarded:
                 self.narrowing.pop()
+            tests = {name: bound for name, bound in self.scopes[-1].names.items()
+                     if isinstance(bound, (GuardExpr, VersionValue)) and bound is not unbound.get(name)}
             for h in node.handlers:
                 self.visit_block(h.body)
+            # ``try: HAS = find_spec("vllm.x") is not None`` / ``except ModuleNotFoundError: HAS = False``: a test
+            # of the build bound in the body keeps its value after the handlers, which run only where the test
+            # itself raised (a missing parent package): the build decides the name, not the fallback.
+            self.scopes[-1].names.update(tests)
             self.visit_block(node.orelse)
             self.visit_block(node.finalbody)
             return
@@ -526,6 +533,18 @@ class ModuleVisitor(ast.NodeVisitor):
         if self.at_import() and any(involves_target(g.expr) for g in self.guards):
             condition = All(tuple(g.expr if g.branch else Not(g.expr) for g in self.guards))
             text = " and ".join(g.text if g.branch else f"not ({g.text})" for g in self.guards)
+            self.found.gates.append(ImportGate(self.loc(node), self.source.module, self.code(node), condition, text))
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        """``assert Version(version("vllm")) < Version("0.31.0"), "..."`` met while the module is imported: it
+        raises (AssertionError) where its test of the build is False, as a ``raise`` under ``if not (...)`` does
+        (vllm-rbln 0.12.0's harmony patch; vLLM is not run with ``python -O``, which would drop it)."""
+        self.generic_visit(node)
+        expr = self.conditions.read(node.test)
+        if self.at_import() and involves_target(expr):
+            guards = [*self.guards, Guard(expr, False, ast.unparse(node.test), self.loc(node))]
+            condition = All(tuple(g.expr if g.branch else Not(g.expr) for g in guards))
+            text = " and ".join(g.text if g.branch else f"not ({g.text})" for g in guards)
             self.found.gates.append(ImportGate(self.loc(node), self.source.module, self.code(node), condition, text))
 
     def visit_Expr(self, node: ast.Expr) -> None:

@@ -35,6 +35,17 @@ if Version(vllm.__version__) {op} Version("0.0.5"):
 '''
 
 
+ASSERTED = '''
+from importlib.metadata import version
+
+from packaging.version import Version
+
+assert Version(version("vllm")) < Version("0.1.0"), (
+    "vllm-project/vllm#59254 merged after v0.0.9. Once this vllm carries it, delete this patch"
+)
+'''
+
+
 @pytest.mark.parametrize(("source", "version", "status", "says"), [
     pytest.param(TABLE.format(use="SCHEDULE = _select(vllm.__version__)"), "0.2.0", Status.BROKEN,
                  ["importing consumer raises for vLLM 0.2.0", "Install a supported vLLM", "in consumer._select"],
@@ -44,6 +55,12 @@ if Version(vllm.__version__) {op} Version("0.0.5"):
     pytest.param(DIRECT.format(op="<"), "0.0.1", Status.BROKEN, ["needs another vLLM", "version < 0.0.5"],
                  id="top-level-raise-holds"),
     pytest.param(DIRECT.format(op="<"), "0.1.0", Status.OK, ["does not hold"], id="top-level-raise-does-not-hold"),
+    # vllm-rbln 0.12.0, patches/harmony.py: ``assert Version(version("vllm")) < Version("0.31.0"), ...`` at import
+    pytest.param(ASSERTED, "0.1.0", Status.BROKEN, ["importing consumer raises for vLLM 0.1.0",
+                                                    '`assert Version(version("vllm")) < Version("0.1.0")',
+                                                    "if version >= 0.1.0"],
+                 id="top-level-assert-fails"),
+    pytest.param(ASSERTED, "0.0.9", Status.OK, ["does not hold"], id="top-level-assert-holds"),
 ])
 def test_a_version_gate_run_at_import(trees, source, version, status, says):
     findings = trees.findings(PROBE, source, {**BUILD, "vllm/_version.py": f'__version__ = "{version}"\n'})

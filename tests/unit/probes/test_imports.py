@@ -90,6 +90,37 @@ def test_find_spec_of_a_vllm_module_is_decided_by_the_build(trees, module, test,
     assert "not run" not in findings[runs].message
 
 
+FLAG = '''
+from importlib.util import find_spec
+
+try:
+    _HAS = (
+        find_spec("{module}") is not None
+    )
+except ModuleNotFoundError:
+    _HAS = False
+
+if _HAS:
+    from vllm.moved.place import Scheduler
+else:
+    from vllm.engine import Scheduler
+'''
+
+
+@pytest.mark.parametrize(("module", "runs", "skipped"), [
+    pytest.param("vllm.moved.place", "vllm.moved.place.Scheduler", "vllm.engine.Scheduler", id="present"),
+    pytest.param("vllm.gone", "vllm.engine.Scheduler", "vllm.moved.place.Scheduler", id="absent"),
+])
+def test_a_find_spec_flag_bound_in_a_try_is_decided_by_the_build(trees, module, runs, skipped):
+    """ai-dynamo 1.6.1's ``vllm_protocol.py``: the flag is bound in a ``try`` whose handler sets it False; the
+    handler runs only where ``find_spec`` itself raises, so the build decides the flag (the handler's False was
+    taken as its value, and the legacy import judged broken at the build written for)."""
+    findings = {f.symbol: f for f in trees.findings(PROBE, FLAG.format(module=module), READY)}
+    assert findings[skipped].status is Status.OK and "not run with this build" in findings[skipped].message, \
+        findings[skipped].message
+    assert "not run" not in findings[runs].message, findings[runs].message
+
+
 @pytest.mark.parametrize(("has", "status", "says"), [
     # The subclass inherits Engine.ready: the branch that uses it runs, the fallback import does not.
     pytest.param('hasattr(self, "ready")', Status.OK, "not run with this build", id="hasattr-self-inherited"),
