@@ -197,8 +197,8 @@ def test_model_config_text_config_and_bad_configs(tmp_path):
     with pytest.raises(CompatError, match="no config.json"):
         read_model_config(tmp_path / "nowhere")
     write_vllm(tmp_path / "d" / "hs_0.safetensors", _ids(4), layered(4, H, 2))
-    with pytest.raises(CompatError, match=r"outside the model's 61 decoder layers"):
-        _run(tmp_path / "d", model=tmp_path / "m", layer_ids=(2, 61))
+    with pytest.raises(CompatError, match=r"outside the model's 61 decoder layers \(0 to 61"):
+        _run(tmp_path / "d", model=tmp_path / "m", layer_ids=(2, 62))  # 61 is vLLM's id of the last output
 
 
 def test_natural_order_and_dotfiles_skipped(tmp_path):

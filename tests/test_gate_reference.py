@@ -11,7 +11,7 @@ from compat.findings import Status
 from compat.gate import GateOptions, run_gate
 from compat.gate.recompute import tolerance
 
-from .gate_files import write_data_config, write_eagle, write_speculators
+from .gate_files import write_data_config, write_eagle, write_speculators, write_vllm
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -122,3 +122,28 @@ def test_a_bound_as_wide_as_the_distance_to_another_state_decides_nothing(model,
     result = run_gate(GateOptions(paths=(tmp_path,), model=model, reference=model, max_rel=5.0, min_cos=-1.0))
     (f,) = [f for f in result.findings if f.check == "reference"]
     assert f.status is Status.UNKNOWN and "cannot tell their state from another one" in f.message
+
+
+def test_vllm_s_id_for_the_last_layer_is_its_output_before_the_final_norm(model, states, tmp_path):
+    """vLLM's hidden-state connector (speculators >= 0.5 caches its hs_{idx}.safetensors) numbers the states
+    entering each layer and gives id n (the layer count) to the last layer's output, before the final norm:
+    ``--layer-ids 1,2,3,4`` on a 4-layer model exited 2 (outside the model's layers), and without ids a file
+    whose last layer was stored after the final norm passed like the right one."""
+    ids, outs, final = states
+    n = len(outs)
+    layer_ids = tuple(range(1, n + 1))
+    right, normed = tmp_path / "right", tmp_path / "normed"
+    write_vllm(right / "hs_0.safetensors", ids, outs)
+    write_vllm(normed / "hs_0.safetensors", ids, [*outs[:-1], final])
+    ok = run_gate(GateOptions(paths=(right,), model=model, reference=model, layer_ids=layer_ids))
+    assert ok.exit_code == 0, [f.message for f in ok.failing()]
+    assert [r["state"] for r in ok.reference["samples"][0]["layers"]] == list(layer_ids)
+    (f,) = run_gate(GateOptions(paths=(normed,), model=model, reference=model, layer_ids=layer_ids)).failing()
+    assert f.check == "reference" and "1 of 4 layers differ" in f.message and \
+        "it matches after the final norm" in f.message, f.message
+    unnamed = run_gate(GateOptions(paths=(right,), model=model, reference=model))
+    assert unnamed.exit_code == 0 and [f.status for f in unnamed.findings if f.check == "reference"] == \
+        [Status.UNKNOWN]  # right, but its numbering is not verified without ids
+    (f,) = run_gate(GateOptions(paths=(normed,), model=model, reference=model)).failing()
+    assert f.check == "reference" and "is the state after the final norm, which vLLM's hidden-state connector" \
+        in f.message, f.message

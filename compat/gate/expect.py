@@ -288,10 +288,15 @@ def build(*, hidden_size: int | None = None, dtype: str | None = None, layers: i
     if model is not None and model.model_type:
         out["model_type"] = Expected(model.model_type, f"model_type in {model.path}")
     if model is not None and model.num_layers and "layer_ids" in out:
-        bad = [i for i in out["layer_ids"].value if not 0 <= i < model.num_layers]
+        # vLLM numbers the states entering each layer, 0 (embeddings) to n - 1, and n for the last layer's output
+        # (before the final norm, what its hidden-state connector and speculators >= 0.5 capture as the verifier's
+        # last layer): n is an id there. speculators 0.3.0's output numbering has no id n; a sample of its layout
+        # with one is judged by the reference (no such state).
+        bad = [i for i in out["layer_ids"].value if not 0 <= i <= model.num_layers]
         if bad:
             raise CompatError(f"layer ids {bad} ({out['layer_ids'].source}) are outside the model's "
-                              f"{model.num_layers} decoder layers")
+                              f"{model.num_layers} decoder layers (0 to {model.num_layers}: the states entering each "
+                              "layer, and the last one's output)")
     return Expectations(**out), tuple(conflicts)
 
 

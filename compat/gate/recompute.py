@@ -87,7 +87,9 @@ def state_name(j: int | str, n_layers: int) -> str:
     if j == 0:
         return "s_0: embeddings, entering layer 0"
     if j == n_layers:
-        return f"s_{j}: output of layer {j - 1} (the last)"
+        return f"s_{j}: output of layer {j - 1} (the last, before the final norm)"
+    if j > n_layers:
+        return f"s_{j}: no such state (the model has {n_layers} layers)"
     return f"s_{j}: output of layer {j - 1} = entering layer {j}"
 
 

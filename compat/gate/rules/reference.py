@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from compat.findings import Status
 from compat.gate.pairing import Pairing
+from compat.gate.read.layouts import Layout
 from compat.gate.recompute import BASELINE_MARGIN, ComparisonError, LayerMatch, state_name
 from compat.gate.rules.rule import Context, Phase, ReferenceSubject, Rule, RuleFinding, some
 
@@ -28,6 +29,13 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
                     and m.best_rel <= m.max_rel:
                 msg += f"; it matches {state_name(m.best_state, c.n_layers)} (relative error {m.best_rel:.3g})"
             problems.append(msg)
+    writer = _PRE_NORM_WRITERS.get(c.view.layout)
+    if writer is not None:
+        # The writer takes every state from the residual stream before the final norm (the last layer's output
+        # is id n, s_n): a stored layer that is the state after it was not written by this writer's rules.
+        problems += [f"{c.view.layers[m.slot].name} is the state after the final norm, which {writer} never "
+                     f"stores (its last layer is {state_name(c.n_layers, c.n_layers)})"
+                     for m, want in zip(layers, c.expected_states) if want is None and m.state == "final_norm"]
     inferred = [m.state for m, want in zip(layers, c.expected_states) if want is None and isinstance(m.state, int)]
     if c.inferred and not problems and (inferred != sorted(inferred) or len(set(inferred)) != len(inferred)):
         problems.append(f"stored layers match residual-stream states [{some([str(i) for i in inferred])}]: not in "
@@ -67,6 +75,14 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
             expected="states from layer ids", found=matched, status=Status.UNKNOWN)]
     return [RuleFinding(f"{len(layers)} layers match HF transformers (states {matched}; worst relative error "
                         f"{worst.rel:.2g}, tolerance {worst.max_rel:.2g}{_why(worst)})", status=Status.OK)]
+
+
+_PRE_NORM_WRITERS = {
+    Layout.VLLM_SAFETENSORS: "vLLM's hidden-state connector (and speculators >= 0.5, which caches its files)",
+    Layout.SPECULATORS_PT: "speculators 0.3.0's capture (each layer's hidden_states + residual)",
+}
+"""Layouts whose writers capture only residual-stream states before the final norm (EAGLE's ``target`` and
+EAGLE-1/2's one state are after it, by their writers' rules)."""
 
 
 def _why(m: LayerMatch) -> str:
