@@ -2,6 +2,7 @@
 
     python benchmarks/gate_speed.py [--files 20000] [--pt-files 2000] [--values-files 2000] [--hidden 64]
                                     [--large-files 8] [--header-mb 100] [--dir DIR] [--repeat 3]
+                                    [--partial-layers 16]
 
 Creates (once; reused when --dir already holds them) a directory of files as the tools write them:
 vLLM's extraction layout (``hs_{i}.safetensors``: hidden_states [T, 4, hidden] bf16, token_ids [T]) with
@@ -15,6 +16,8 @@ T drawn from 16..128, and speculators 0.3.0's ``data_{i}.pt`` (torch.save of inp
 - tiny files, ``--values``: the gate's time per file (every tensor byte read and checked), for both;
 - ``--values`` over a few large files (T 1024, hidden 4096, 4 layers: 32 MiB each, a real sample's size),
   where bytes/s is what counts;
+- ``--reference``'s recompute per token on a Llama of --partial-layers layers: the full model (the samples the full
+  check picks) beside the partial one every sample gets (the embeddings and layer 0), and their ratio;
 - a header of --header-mb MB, in two shapes (1.4 million one-element tensors; one tensor and a
   ``__metadata__`` of a million strings): the gate's time and peak resident memory (VmHWM) on it beside the
   safetensors library's (``safe_open`` of the file, keys and metadata), each in a child process of its own.
@@ -276,6 +279,8 @@ def main() -> None:
     p.add_argument("--header-mb", type=int, default=100, help="size of the hostile headers (0: skip them)")
     p.add_argument("--dir", type=Path, help="where to keep the files (default: a temporary directory)")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--partial-layers", type=int, default=16,
+                   help="layers of the model the partial recompute's cost is measured on (0: skip it)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="compat-gate-bench-") as tmp:
         root = args.dir or Path(tmp)
@@ -354,6 +359,27 @@ def main() -> None:
             line("gate --values, large vllm-safetensors [1024, 4, 4096] bf16", len(large), seconds, du(large))
         if args.header_mb:
             headers(root, args.header_mb)
+        if args.partial_layers:
+            partial_cost(root, args.partial_layers, args.repeat)
+
+
+def partial_cost(root: Path, layers: int, repeat: int) -> None:
+    """``--reference``'s two recomputes per token on a Llama of ``layers`` layers (hidden 256): the full model
+    (every state) and the partial one every sample gets (the embeddings and layer 0: the shallowest state of
+    speculators' usual first id)."""
+    from compat.gate.recompute import HFReference
+    from compat.models import build
+
+    model = build("llama", root / f"llama-{layers}", hidden_size=256, num_layers=layers, force=True).path
+    ids = torch.randint(3, 1000, (512,), generator=torch.Generator().manual_seed(0))
+    full, part = HFReference(model), HFReference(model, layers=1)
+    print(f"--reference recompute per token, Llama of {layers} layers (hidden 256), 512 tokens")
+    costs = {}
+    for label, ref in (("full model (the picked samples)", full), ("up to s_1 (every sample)", part)):
+        ref.states(ids)
+        costs[label] = timed(lambda ref=ref: ref.states(ids), repeat) / ids.numel()
+        print(f"  {label:<40} {costs[label] * 1e6:8.1f} us/token")
+    print(f"  partial / full: {costs['up to s_1 (every sample)'] / costs['full model (the picked samples)']:.3f}")
 
 
 if __name__ == "__main__":

@@ -139,8 +139,10 @@ def test_the_reference_recomputes_the_outliers_first_and_says_why(model, hf, fin
     result = run_gate(GateOptions(paths=(tmp_path,), reference=model, reference_samples=3))
     picked = result.reference["picked"]
     assert len(picked) == 3 and picked[0]["sample"].endswith("data_9.pt") and "row" in picked[0]["why"]
+    assert picked[0]["why"].endswith("; the partial recompute found it too"), picked[0]["why"]
     assert all("random" in p["why"] for p in picked[1:])
-    assert _failing(result) == {"consistency": ["data_9.pt"], "reference": ["data_9.pt"]}
+    assert _failing(result) == {"consistency": ["data_9.pt"], "partial_reference": ["data_9.pt"],
+                                "reference": ["data_9.pt"]}
 
 
 def test_an_outlier_the_reference_reproduces_is_allowed(model, hf, tmp_path, monkeypatch):
@@ -253,3 +255,59 @@ def test_each_directory_is_judged_by_its_own_data_config(model, hf, tmp_path):
         [(f.check, f.symbol, f.message) for f in result.failing()]
     assert all("short/data_config.json" in f.message for f in result.failing()), \
         [f.message for f in result.failing()]
+
+
+def _plain_prompts(count: int, seed: int = 3) -> list:
+    """Token ids drawn at random, 40 to 80 of them: no two samples share first tokens, so the between-sample
+    comparison has nothing to compare row by row."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 1000, (int(torch.randint(40, 80, (1,), generator=g)),), generator=g)
+            for _ in range(count)]
+
+
+def _unwritten(states: list) -> list:
+    """4 rows of float32 subnormals, as memory never written reads."""
+    out = [s.clone() for s in states]
+    for s in out:
+        s[10:14] = torch.full_like(s[10:14], 1e-42)
+    return out
+
+
+@pytest.mark.parametrize("odd", ["fine-tuned", "other-tokens-rows", "subnormal-rows"])
+def test_every_sample_is_checked_against_the_model_up_to_its_first_layer(model, hf, fine_tuned, tmp_path, odd):
+    """One sample among 12 from other weights, whose last 5 rows are another sample's, or with 4 rows of
+    subnormals passed ``--reference`` whenever the full recompute (one sample here) picked another; recomputing
+    every sample's shallowest stored layer (embeddings and layer 0 only) finds it, wherever it is."""
+    prompts = _plain_prompts(SAMPLES)
+    odd_at = 7
+    for i, ids in enumerate(prompts):
+        states = _states(fine_tuned if odd == "fine-tuned" and i == odd_at else hf, ids)
+        if i == odd_at and odd == "other-tokens-rows":
+            other = _states(hf, prompts[0])
+            states = [torch.cat([s[:-5], o[:5]]) for s, o in zip(states, other)]
+        if i == odd_at and odd == "subnormal-rows":
+            states = _unwritten(states)
+        write_speculators(tmp_path / f"data_{i}.pt", ids, states)
+    write_data_config(tmp_path, list(LAYER_IDS), HIDDEN)
+    result = run_gate(GateOptions(paths=(tmp_path,), reference=model, reference_samples=1))
+    partial = [f for f in result.failing() if f.check == "partial_reference"]
+    assert [f.symbol for f in partial] == [f"data_{odd_at}.pt"], [(f.check, f.symbol, f.message) for f in
+                                                                   result.failing()]
+    assert "is not what the model recomputed up to it gives" in partial[0].message
+    if odd != "fine-tuned":
+        assert "rows " in partial[0].message, partial[0].message
+    summary = result.reference["partial"]
+    assert (summary["samples"], summary["of"], summary["failed"], summary["deepest_state"]) == (SAMPLES, SAMPLES, 1, 1)
+    assert result.reference["picked"][0] == {"sample": str(tmp_path / f"data_{odd_at}.pt"),
+                                             "why": "the partial recompute found it"}, result.reference["picked"]
+
+
+def test_a_right_dataset_passes_every_sample_s_partial_recompute(model, hf, tmp_path):
+    for i, ids in enumerate(_plain_prompts(SAMPLES)):
+        write_speculators(tmp_path / f"data_{i}.pt", ids, _states(hf, ids))
+    write_data_config(tmp_path, list(LAYER_IDS), HIDDEN)
+    result = run_gate(GateOptions(paths=(tmp_path,), reference=model, reference_samples=1))
+    assert result.exit_code == 0, [(f.check, f.symbol, f.message) for f in result.failing()]
+    assert result.reference["partial"]["samples"] == SAMPLES and result.reference["partial"]["failed"] == 0
+    assert any("every sample's shallowest stored layer recomputed up to it: 12 of 12" in text
+               for _, text in result.facts()), result.facts()

@@ -97,16 +97,25 @@ class HFReference:
     """An HF model (float32: the reference; a 16-bit dtype: the baseline) whose forward returns every
     residual-stream state (see module docstring), on the CPU."""
 
-    def __init__(self, model_dir: Path, device: str = "cpu", dtype: str = "float32") -> None:
+    def __init__(self, model_dir: Path, device: str = "cpu", dtype: str = "float32", layers: int | None = None) -> None:
+        """``layers``: only the embeddings and the first ``layers`` decoder layers (a truncated copy of the
+        config; the checkpoint's other weights are not loaded), for states up to ``s_layers``."""
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
 
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()
+        verbosity = hf_logging.get_verbosity()
         try:
+            config = AutoConfig.from_pretrained(str(model_dir))
+            self.total_layers = _layer_count(config)
+            kwargs: dict[str, Any] = {}
+            if layers is not None and layers < self.total_layers:
+                kwargs["config"] = _truncated(config, layers)
+                hf_logging.set_verbosity_error()  # the weights of the layers left out are unused: expected
             # transformers types .to() so that mypy cannot call it: the model is kept untyped.
-            loaded = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype))
+            loaded = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype), **kwargs)
             self.model: Any = cast(Any, loaded)
             if device != "cpu":
                 self.model = self.model.to(device)
@@ -114,6 +123,7 @@ class HFReference:
             raise CompatError(f"--reference {model_dir}: transformers cannot load it "
                               f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from exc
         finally:
+            hf_logging.set_verbosity(verbosity)
             if bars:
                 hf_logging.enable_progress_bar()
         self.model.eval()
@@ -136,6 +146,30 @@ class HFReference:
             states[k + 1] = h.reshape(-1, h.shape[-1]).float().cpu()
         states["final_norm"] = out.hidden_states[-1][0].float().cpu()
         return states
+
+
+def _text(config: Any) -> Any:
+    """The language model's config (a multimodal wrapper keeps it in ``text_config``)."""
+    return getattr(config, "text_config", None) or config
+
+
+def _layer_count(config: Any) -> int:
+    return int(getattr(_text(config), "num_hidden_layers", 0) or 0)
+
+
+def _truncated(config: Any, layers: int) -> Any:
+    """``config`` with its first ``layers`` decoder layers only: every per-layer list (``layer_types``...) cut
+    to match."""
+    import copy
+
+    config = copy.deepcopy(config)
+    text = _text(config)
+    total = text.num_hidden_layers
+    for name, value in list(vars(text).items()):
+        if isinstance(value, list) and len(value) == total:
+            setattr(text, name, value[:layers])
+    text.num_hidden_layers = layers
+    return config
 
 
 @dataclass(frozen=True)
@@ -234,7 +268,7 @@ def compare(stored, ref) -> tuple[float, float]:
     return (rel if rel == rel else float("inf")), float(cos.min())
 
 
-def _expected_states(view: SampleView, exp: Expectations, numbering: str) -> list[int | str | None]:
+def expected_states(view: SampleView, exp: Expectations, numbering: str) -> list[int | str | None]:
     """The state each stored layer should be: from its layer id and the numbering; ``final_norm`` for EAGLE's
     final states (EAGLE-3's ``target``, EAGLE-1/2's one ``hidden_state``: HF's last ``hidden_states``, what
     the LM head reads), whatever the ids; None where it can only be inferred (no ids)."""
@@ -323,7 +357,7 @@ def _compare_sample(ref: HFReference, view: SampleView, exp: Expectations, numbe
     states = ref.states(ids)
     baseline = low.states(ids) if low is not None else {}
     dtype = view.layers[0].dtype
-    wanted = _expected_states(view, exp, numbering)
+    wanted = expected_states(view, exp, numbering)
     layer_ids = exp.stored_layer_ids(view) if numbering != "infer" else None
     matches = []
     for slot, x in enumerate(stored):

@@ -16,6 +16,7 @@ JSON schema ``compat.gate/1`` (``as_json``)::
                  "shared_prefix": {"groups", "samples", "note"}, "scale": {"samples", "note"}}},
      "reference": null | {"model", "numbering", "recomputed", "candidates",
                  "picked": [{"sample", "why"}],
+                 "partial": {"samples", "of", "failed", "deepest_state", "layers", ["note"]},
                  "pairing": {"samples", "checked", "layer", "typical_lean", "strength", ["note"]},
                  "samples": [{"sample", "layers": [{"slot", "layer_id", "state", "max_rel", "rel", "min_cos",
                  "best_state", "best_rel"}]}]},
@@ -154,6 +155,13 @@ def _verified(ref: dict[str, Any]) -> str:
     outliers = sum(1 for p in ref.get("picked", ()) if p["why"] != RANDOM)
     if ref.get("picked"):
         text += f" ({outliers} outliers first, the rest at random)" if outliers else " (at random: no outlier)"
+    partial = ref.get("partial")
+    if partial:
+        text += (f"; every sample's shallowest stored layer recomputed up to it: {partial['samples']} of "
+                 f"{partial['of']} (layers run up to {partial['deepest_state']} of {partial['layers']}), "
+                 f"{partial['failed']} failed")
+        if partial.get("note"):
+            text += f" ({partial['note']})"
     if pairing.get("layer"):
         text += (f"; token pairing checked on {pairing['checked']} of {pairing['samples']} (layer {pairing['layer']}, "
                  f"typical lean {pairing['typical_lean']:.3g})")

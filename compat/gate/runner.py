@@ -38,6 +38,7 @@ from compat.gate.discover import discover
 from compat.gate.filestep import ReadHints
 from compat.gate.mapstep import map_files
 from compat.gate.options import GateOptions
+from compat.gate.partial import Partial, check_every_sample
 from compat.gate.read.files import NOT_DATA
 from compat.gate.read.layouts import Layout
 from compat.gate.read.safetensors_header import forget_headers
@@ -305,11 +306,19 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
         failed = {key for key, pairs in found.items() if any(rule in STRUCTURAL for rule, _ in pairs)}
         candidates = [s for s in samples if s.sound and (s.file, s.index) not in failed
                       and (s.file, None) not in failed]
+        # Every sample's shallowest stored layer first (cheap: the layers up to it only); what it finds is what
+        # the full recompute, which keeps its budget, looks at first.
+        partial = check_every_sample(options, options.reference, lambda view: contexts[view].expected, candidates)
         whys = {key: s.why() for key, s in standings.items() if s.outlier}
+        for c in partial.checks:
+            if not (isinstance(c, Partial) and c.passed):
+                key = (c.view.file, c.view.index)
+                whys[key] = f"{whys[key]}; the partial recompute found it too" if key in whys else \
+                    "the partial recompute found it"
         run = recompute(options, options.reference, exp, candidates, whys)
-        reference = run.report
-        _judge(Phase.REFERENCE, ((c.view.file, c.view.index, c, contexts[c.view]) for c in run.comparisons),
-               found)
+        reference = {**run.report, "partial": partial.summary}
+        _judge(Phase.REFERENCE, ((c.view.file, c.view.index, c, contexts[c.view])
+                                 for c in (*run.comparisons, *partial.checks)), found)
         _confirmed(found)
     findings = collect(views, found, options.ignore, root)
     summary = GateSummary(

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 from compat.findings import Status
 from compat.gate.pairing import Pairing
+from compat.gate.partial import Partial
 from compat.gate.read.layouts import Layout
-from compat.gate.recompute import BASELINE_MARGIN, ComparisonError, LayerMatch, state_name
+from compat.gate.recompute import BASELINE_MARGIN, Comparison, ComparisonError, LayerMatch, state_name
 from compat.gate.rules.rule import Context, Phase, ReferenceSubject, Rule, RuleFinding, some
 
 
@@ -17,6 +18,8 @@ def _reference(c: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
     if isinstance(c, ComparisonError):
         return [RuleFinding(f"reference check could not run: {c.error_type}: {c.message}", status=Status.ERROR,
                             found=c.error_type, traceback=c.traceback)]
+    if not isinstance(c, Comparison):
+        return ()
     layers = c.layers
     problems = []
     for m in layers:
@@ -96,6 +99,30 @@ REFERENCE = Rule(
     "reference", "--reference: HF transformers on the same weights reproduces each layer within the dtype's "
                  "tolerance (relative L2 error and per-token cosine)",
     Phase.REFERENCE, _reference)
+
+
+def _partial(p: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:
+    if not isinstance(p, Partial) or p.passed:
+        return ()
+    rows = ""
+    if p.bad_rows:
+        more = " and more" if len(p.bad_rows) == 8 else ""
+        rows = (f"; rows {', '.join(map(str, p.bad_rows))}{more} of {p.rows} have cosine below "
+                f"{p.bound.min_cos:.4g} with their own tokens' states")
+    state = state_name(p.state, p.n_layers)
+    return [RuleFinding(
+        f"{p.view.layers[p.slot].name} is not what the model recomputed up to it gives ({state}; {p.state} of "
+        f"{p.n_layers} layers run): relative error {p.rel:.3g} (max {p.bound.max_rel:.3g}), min cosine "
+        f"{p.min_cos:.4f} (min {p.bound.min_cos:.4g}){rows}",
+        "these states are not this sample's tokens' states under these weights: check the checkpoint the sample "
+        "was extracted with, its slicing per sample and the token ids stored with it",
+        expected=state, found=f"relative error {p.rel:.3g}")]
+
+
+PARTIAL = Rule(
+    "partial_reference", "--reference, every sample with layer ids: its shallowest stored layer agrees with the "
+                         "model's embeddings and the layers up to it, recomputed (row by row, the dtype's bound)",
+    Phase.REFERENCE, _partial)
 
 
 def _pairing(p: ReferenceSubject, _ctx: Context) -> Sequence[RuleFinding]:

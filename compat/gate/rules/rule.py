@@ -16,7 +16,8 @@ subject depends on the phase it runs in:
 - ``Phase.DATASET`` (``--values``, ``--reference``): each measured sample's ``Standing`` among the samples of
   its dataset (``compat.gate.consistency``);
 - ``Phase.REFERENCE`` (``--reference``): each recomputed sample's ``Comparison`` or ``ComparisonError``
-  (``compat.gate.recompute``), then every sample's ``Pairing`` (``compat.gate.pairing``).
+  (``compat.gate.recompute``), then every sample's ``Pairing`` (``compat.gate.pairing``) and ``Partial``
+  (``compat.gate.partial``: its shallowest stored layer against the model recomputed up to it).
 
 The context holds the expectations for the subject's layout and the run's options.
 """
@@ -34,6 +35,7 @@ from compat.gate.datasets import LayoutOutlier, UnusedMasks
 from compat.gate.expect import Conflict, DataConfigFault, Expectations
 from compat.gate.options import GateOptions
 from compat.gate.pairing import Pairing
+from compat.gate.partial import Partial
 from compat.gate.read.views import EntryFault, ReadFailure
 from compat.gate.recompute import Comparison, ComparisonError
 from compat.gate.value_stats import SampleValues
@@ -79,7 +81,7 @@ class Context:
 ReadSubject = ReadFailure | EntryFault | LayoutOutlier | Conflict | DataConfigFault
 ValueSubject = SampleValues | ReadFailure | UnusedMasks
 DatasetSubject = Standing
-ReferenceSubject = Comparison | ComparisonError | Pairing
+ReferenceSubject = Comparison | ComparisonError | Pairing | Partial
 Check = Callable[[Any, Context], Sequence[RuleFinding]]
 """``(subject, context) -> findings``, the subject being the phase's (``ReadSubject``...)."""
 

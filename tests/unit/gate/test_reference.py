@@ -97,6 +97,8 @@ def test_a_width_that_is_not_the_model_s_differs_without_error(gate, tiny_model,
     one(_findings(result, "reference"), Status.BROKEN, "2 of 2 layers differ from HF transformers: hidden_states[0]: "
                                                        "relative error inf")
     assert _findings(result, "pairing") == []  # the hidden_size rule's finding
+    assert _findings(result, "partial_reference") == []  # nor the partial recompute's: another width, not checked
+    assert "1 whose layer is not the shape of the model's state" in result.reference["partial"]["note"]
 
 
 def test_a_sample_the_reference_could_not_run_on():

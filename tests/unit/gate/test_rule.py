@@ -15,7 +15,7 @@ from .conftest import H, spec
 
 NAMES = ["readable", "layout", "data_config", "layer_count", "layer_shape", "seq_len", "hidden_size", "dtype",
          "token_ids", "loss_mask", "finite", "nonzero_layer", "zero_rows", "distinct_rows", "distinct_layers",
-         "layer_order", "consistency", "reference", "pairing"]
+         "layer_order", "consistency", "reference", "partial_reference", "pairing"]
 
 
 def test_rules_in_module_order_then_definition_order():
@@ -29,7 +29,7 @@ def test_rules_in_module_order_then_definition_order():
     (Phase.VALUES, ["finite", "nonzero_layer", "zero_rows", "distinct_rows", "distinct_layers", "layer_order",
                     "readable", "token_ids", "loss_mask"]),
     (Phase.DATASET, ["consistency"]),
-    (Phase.REFERENCE, ["reference", "pairing"]),
+    (Phase.REFERENCE, ["reference", "partial_reference", "pairing"]),
 ])
 def test_a_phase_runs_its_own_rules_then_the_others_checks(phase, order):
     ran = checks(phase)
