@@ -266,10 +266,11 @@ def _plain_prompts(count: int, seed: int = 3) -> list:
 
 
 def _unwritten(states: list) -> list:
-    """4 rows of float32 subnormals, as memory never written reads."""
+    """4 rows of float32 subnormals, each unlike the others, as memory never written reads."""
     out = [s.clone() for s in states]
+    g = torch.Generator().manual_seed(11)
     for s in out:
-        s[10:14] = torch.full_like(s[10:14], 1e-42)
+        s[10:14] = torch.rand(s[10:14].shape, generator=g) * 1e-40
     return out
 
 
@@ -311,3 +312,17 @@ def test_a_right_dataset_passes_every_sample_s_partial_recompute(model, hf, tmp_
     assert result.reference["partial"]["samples"] == SAMPLES and result.reference["partial"]["failed"] == 0
     assert any("every sample's shallowest stored layer recomputed up to it: 12 of 12" in text
                for _, text in result.facts()), result.facts()
+
+
+def test_rows_of_unwritten_memory_fail_without_a_model(model, hf, tmp_path):
+    """4 rows of subnormals in one sample among 12 of real states passed --values (each row unlike the others, so
+    no two repeat; no shared prefix, so the between-sample comparison did not look): a check of the sample alone
+    finds them."""
+    for i, ids in enumerate(_plain_prompts(SAMPLES)):
+        states = _states(hf, ids)
+        write_speculators(tmp_path / f"data_{i}.pt", ids, _unwritten(states) if i == 4 else states)
+    write_data_config(tmp_path, list(LAYER_IDS), HIDDEN)
+    result = run_gate(GateOptions(paths=(tmp_path,), values=True))
+    assert _failing(result) == {"zero_rows": ["data_4.pt"]}, [(f.check, f.symbol, f.message) for f in
+                                                              result.failing()]
+    assert "rows of values too small for any state in 2 of 2 layers" in result.failing()[0].message

@@ -69,8 +69,8 @@ def _failure(f: ReadFailure) -> dict[str, Any]:
     return out
 
 
-_LAYER_FIELDS = ("nan", "inf", "first_bad", "rows", "zero_rows", "first_zero", "median_rms", "spread",
-                 "repeated_rows", "first_repeated")
+_LAYER_FIELDS = ("nan", "inf", "first_bad", "rows", "zero_rows", "first_zero", "tiny_rows", "first_tiny",
+                 "median_rms", "spread", "repeated_rows", "first_repeated")
 _LAYER_DEFAULTS = {name: getattr(LayerStats(), name) for name in _LAYER_FIELDS}
 
 

@@ -36,6 +36,10 @@ class LayerStats:
     zero_rows: int = 0
     """Tokens whose state is all zeros in this layer."""
     first_zero: int | None = None
+    tiny_rows: int = 0
+    """Tokens whose state is not all zeros but whose every value is so small its square underflows float32 (below
+    about 4e-23: subnormals, as memory never written reads); never a model's state."""
+    first_tiny: int | None = None
     median_rms: float = 0.0
     """Median over tokens of the per-token RMS (NaN ignored)."""
     by_position: tuple[tuple[int, int, float], ...] = ()
@@ -200,12 +204,18 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
             digests[i].update(by_layer[i])
         rms_parts.append((squares / hidden).sqrt_())
         counts = zero.sum(dim=0).tolist()
+        tiny = (squares == 0) & ~zero
+        tiny_counts = tiny.sum(dim=0).tolist()
         for i in range(n):
             s = stats[i]
             if counts[i]:
                 if s.first_zero is None:
                     s.first_zero = start + int(zero[:, i].nonzero()[0, 0])
                 s.zero_rows += counts[i]
+            if tiny_counts[i]:
+                if s.first_tiny is None:
+                    s.first_tiny = start + int(tiny[:, i].nonzero()[0, 0])
+                s.tiny_rows += tiny_counts[i]
     medians = torch.cat(rms_parts)
     for s, median in zip(stats, medians.nanmedian(dim=0).values.tolist()):
         s.median_rms = median

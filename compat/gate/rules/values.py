@@ -68,13 +68,21 @@ def _zero_rows(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
     names = slot_names(v.view, ctx.expected)
     # A layer that is all zeros is nonzero_layer's finding; here, the rows of the others.
     bad = [(names[i], s.zero_rows, s.first_zero) for i, s in enumerate(v.layers) if s.zero_rows and s.nonzero]
-    if not bad:
-        return ()
-    parts = _rows_per_layer(bad, v.layers[0].rows)
-    return [RuleFinding(f"rows of all zeros in {len(bad)} of {len(v.layers)} layers ({parts}): a token's state is "
-                        "never all zeros, so these rows were never written (padding stored as states, a buffer "
-                        "cut short, or rows lost in a batch)", "store only the rows of the sample's real tokens, "
-                        "each captured", found=parts)]
+    tiny = [(names[i], s.tiny_rows, s.first_tiny) for i, s in enumerate(v.layers) if s.tiny_rows]
+    out = []
+    if bad:
+        parts = _rows_per_layer(bad, v.layers[0].rows)
+        out.append(RuleFinding(f"rows of all zeros in {len(bad)} of {len(v.layers)} layers ({parts}): a token's state "
+                               "is never all zeros, so these rows were never written (padding stored as states, a "
+                               "buffer cut short, or rows lost in a batch)", "store only the rows of the sample's "
+                               "real tokens, each captured", found=parts))
+    if tiny:
+        parts = _rows_per_layer(tiny, v.layers[0].rows)
+        out.append(RuleFinding(f"rows of values too small for any state in {len(tiny)} of {len(v.layers)} layers "
+                               f"({parts}): every value is below about 4e-23 (subnormals), which is what memory "
+                               "never written reads, never a token's state", "store only the rows of the sample's "
+                               "real tokens, each captured (an empty buffer was saved for these)", found=parts))
+    return out
 
 
 def _rows_per_layer(bad: list[tuple[str, int, int | None]], tokens: int) -> str:
@@ -84,7 +92,8 @@ def _rows_per_layer(bad: list[tuple[str, int, int | None]], tokens: int) -> str:
     return parts + (f"; and {len(bad) - SHOWN} more layers" if len(bad) > SHOWN else "")
 
 
-ZERO_ROWS = Rule("zero_rows", "--values: no token's state is all zeros in any layer", Phase.VALUES, _zero_rows)
+ZERO_ROWS = Rule("zero_rows", "--values: no token's state is all zeros, or all values below about 4e-23 (subnormals: "
+                              "memory never written), in any layer", Phase.VALUES, _zero_rows)
 
 
 def _distinct_layers(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:

@@ -32,6 +32,12 @@ def _zero_row(layers):
     layers[0][4].zero_()
 
 
+def _subnormal_rows(layers):
+    """4 rows of float32 subnormals, each unlike the others (memory never written), in the middle layer."""
+    g = torch.Generator().manual_seed(5)
+    layers[1][1:5] = torch.rand(4, layers[1].shape[1], generator=g) * 1e-40
+
+
 def _duplicate(layers):
     layers[2].copy_(layers[1])
 
@@ -48,6 +54,8 @@ def _reversed(layers):
     ("finite", _nan, "non-finite values in 1 of 3 layers: hidden_states[1]: 1 NaN, 1 Inf, first at token 2"),
     ("nonzero_layer", _zero_layer, "hidden_states[2] is all zeros"),
     ("zero_rows", _zero_row, "rows of all zeros in 1 of 3 layers (hidden_states[0]: 1 of 6 rows, first at token 4)"),
+    ("zero_rows", _subnormal_rows, "rows of values too small for any state in 1 of 3 layers (hidden_states[1]: 4 of "
+                                   "6 rows, first at token 1): every value is below about 4e-23 (subnormals)"),
     ("distinct_layers", _duplicate, "hidden_states[1] and hidden_states[2] are identical: one layer was stored twice"),
     ("distinct_rows", _repeated_row, "rows equal to the row before them although their tokens differ, in 1 of 3"),
     ("layer_order", _reversed, "less than half of hidden_states[0] before it"),
