@@ -109,9 +109,9 @@ class Discovered:
     regular: frozenset[str] = frozenset()
     """Files the directory listing says are regular files (not links): read without a ``stat`` first."""
     refused: dict[str, str] = field(default_factory=dict)
+    """Links not followed (out of the roots given, or into ``/proc``, ``/sys``, ``/dev``), each with why."""
     configs: dict[str, Path | str] = field(default_factory=dict)
     """Every ``data_config.json`` found, by its directory: each governs the files under it (the nearest wins)."""
-    """Links not followed (out of the roots given, or into ``/proc``, ``/sys``, ``/dev``), each with why."""
     stamps: dict[str, tuple[int, int, str | None]] = field(default_factory=dict)
     """Files named by URL, each with what its listing says makes it unchanged (``source.listed_stamp``: size and
     ETag, or size and modification time): what ``--state`` records them by, with no request of its own."""

@@ -71,13 +71,18 @@ def run_gate(options: GateOptions, progress: Progress | None = None) -> GateResu
             gc.enable()
 
 
-def _expectations(options: GateOptions, data_config: Path | str | None
+def _model(options: GateOptions) -> expect.ModelInfo | None:
+    """The model's config the run is held to: ``--model``'s, else ``--reference``'s."""
+    if options.model:
+        return expect.read_model_config(options.model)
+    return expect.read_model_config(options.reference) if options.reference is not None else None
+
+
+def _expectations(options: GateOptions, data_config: Path | str | None, model: expect.ModelInfo | None
                   ) -> tuple[expect.Expectations, tuple[expect.Conflict | expect.DataConfigFault, ...]]:
-    """What the samples are judged by, and what is wrong with the metadata: each flag that contradicts
-    ``data_config.json``, or the file itself where it cannot be taken at its word (then it states nothing)."""
-    model = expect.read_model_config(options.model) if options.model else None
-    if model is None and options.reference is not None:
-        model = expect.read_model_config(options.reference)
+    """What the samples under ``data_config`` are judged by, and what is wrong with the metadata: each flag that
+    contradicts ``data_config.json``, or the file itself where it cannot be taken at its word (then it states
+    nothing)."""
     dc = expect.read_data_config(data_config) if data_config else None
     fault = (dc,) if isinstance(dc, expect.DataConfigFault) else ()
     exp, conflicts = expect.build(hidden_size=options.hidden_size, dtype=options.dtype, layers=options.layers,
@@ -266,8 +271,9 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     configs = found_files.configs or ({os.path.dirname(str(data_config)): data_config} if data_config else {})
     exps: dict[Path | str | None, expect.Expectations] = {}
     issues: list[expect.Conflict | expect.DataConfigFault] = []
+    model = _model(options)
     for config in (None, *configs.values()):
-        exps[config], found_issues = _expectations(options, config)
+        exps[config], found_issues = _expectations(options, config, model)
         issues += found_issues
     conflicts = tuple(issues)
     exp = exps[data_config] if data_config in exps else exps[None]
