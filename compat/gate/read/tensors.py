@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from math import prod
 
 from compat.errors import CompatError
+from compat.gate.read.pickling import by_fields
 
 # safetensors' dtype codes -> torch's names; the gate speaks torch's names everywhere.
 SAFETENSORS_DTYPES = {
@@ -36,6 +37,7 @@ def canonical_dtype(name: str) -> str:
     return text
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class TensorInfo:
     """A stored tensor, or the part of one that holds a layer, as its file describes it.

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 from compat.gate.read.layouts import Layout
+from compat.gate.read.pickling import by_fields
 from compat.gate.read.tensors import TensorInfo
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class EntryFault:
     """An entry of a sample that is missing or not what its layout needs (say, a list where a tensor belongs)."""
@@ -23,6 +25,7 @@ class EntryFault:
     fix: str | None = None
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class SampleView:
     """One stored sample, as its file's header (or pickle skeleton) describes it."""
@@ -64,6 +67,7 @@ class FailureKind(str, Enum):
     """Read, but no known layout (or not the one ``--layout`` names)."""
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class ReadFailure:
     """Why a file (or its tensor values) could not be read: message, exception type, and where (traceback when
@@ -77,6 +81,7 @@ class ReadFailure:
     """What to do about it, when it is not the usual (re-extract the sample)."""
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class FileView:
     path: str

@@ -1,0 +1,33 @@
+"""Pickling the views cheaply: a worker's results cross a pipe as pickles, and the gate's process unpickles every
+file's views, so what that costs per file bounds what workers can save (``compat.gate.mapstep``).
+
+A frozen dataclass with ``__slots__`` pickles through ``__getstate__``/``__setstate__``, which list the fields and
+set each one through ``object.__setattr__``: about 2.5 µs an object, and a file's views are about six objects.
+``by_fields`` pickles an instance as its class and its field values in order, and unpickles it by calling the
+class: its own ``__init__``, so an unpickled view is built as a read one is (measured on 5,000 tiny files of each
+layout: 16.8 -> 9.7 µs a .safetensors file, 26.1 -> 17.3 µs a .pt file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from operator import attrgetter
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def by_fields(cls: type[T]) -> type[T]:
+    """Class decorator (under ``@dataclass``): pickle as ``cls(*field values)``."""
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    get = attrgetter(*names)
+
+    if len(names) == 1:
+        def reduce(self: Any) -> tuple[type[T], tuple[Any, ...]]:
+            return cls, (get(self),)
+    else:
+        def reduce(self: Any) -> tuple[type[T], tuple[Any, ...]]:
+            return cls, get(self)
+
+    cls.__reduce__ = reduce  # type: ignore[method-assign]
+    return cls
