@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, TextIO
 
 
 def cache_dir() -> Path:
@@ -31,12 +33,26 @@ _UMASK = _read_umask()  # read once, at import: os.umask is process-wide and the
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+    with _replacing(path, "wb") as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path) -> Iterator[TextIO]:
+    """A text file (UTF-8) written in parts that replaces ``path`` when the block ends without an exception:
+    readers see the old file or the new one, never half (a report too large to hold as one string)."""
+    with _replacing(path, "w") as handle:
+        yield handle
+
+
+@contextlib.contextmanager
+def _replacing(path: Path, mode: str) -> Iterator[Any]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
+            yield handle
         os.chmod(tmp, 0o666 & ~_UMASK)  # as open() would have made it, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:

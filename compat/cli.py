@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from compat import __version__
-from compat.cache import atomic_write_text
+from compat.cache import atomic_write_text, atomic_writer
 from compat.errors import CompatError
-from compat.report import Format, Reportable, View, render
+from compat.report import Format, Reportable, View, json_report, render
 from compat.report.escaping import escaped
 
 
@@ -158,6 +158,13 @@ def emit(result: Reportable, fmt: Format, color: str, output: Path | None, show_
     Standard output may have a strict encoding (ASCII under ``LANG=C``): what it cannot encode is escaped."""
     use_color = color == "always" or (color == "auto" and output is None and sys.stdout.isatty()
                                       and not os.environ.get("NO_COLOR"))
+    if fmt is Format.JSON:  # ASCII (non-ASCII escaped), written part by part: the largest report there is
+        if output:
+            with atomic_writer(output) as handle:
+                json_report.write(result, handle)
+        else:
+            json_report.write(result, sys.stdout)
+        return
     text = printable(render(result, fmt, color=use_color and fmt is Format.TERMINAL, show_ok=show_ok, view=view))
     if output:
         atomic_write_text(output, text)

@@ -272,3 +272,25 @@ def test_links_to_system_files_are_never_read_and_links_outside_only_when_asked(
     broken = {f["symbol"] for f in followed["findings"] if f["status"] == "broken"}
     assert broken == {"hs_1.safetensors", "hs_2.pt"}, broken  # /proc stays unread whatever the flag
     assert followed["summary"]["files"] == 5 and followed["options"]["follow_links"] is True
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_many_files_alike_are_summarised_where_people_read_and_listed_where_programs_do(tmp_path, fmt):
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(40):  # cut short by a crashed writer: each file's finding says the same
+        (data / f"hs_{i}.safetensors").write_bytes(b"")
+    write_vllm(data / "hs_40.safetensors", torch.arange(5), layered(5, H, 3))  # one right file among them
+    code, text = _gate(tmp_path, str(data), "--format", fmt)
+    assert code == 1
+    named = set(re.findall(r"hs_\d+\.safetensors", text))
+    if fmt in ("json", "junit"):  # each file's verdict, for a program
+        assert {f"hs_{i}.safetensors" for i in range(40)} <= named
+        if fmt == "json":
+            findings = json.loads(text)["findings"]
+            assert sum(f["status"] == "broken" for f in findings) == 40
+        return
+    assert "37 more findings alike" in text
+    # the first three in full, then a few of the rest by name and the last one
+    assert {"hs_0.safetensors", "hs_1.safetensors", "hs_39.safetensors"} <= named
+    assert len(named) <= 3 + 4 + 1

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from compat.findings import Status
 from compat.report.escaping import escaped
+from compat.report.repeats import Repeats, summarised
 
 if TYPE_CHECKING:
     from compat.report.reportable import Reportable
@@ -34,8 +35,11 @@ def _file(result: Reportable, relpath: str) -> str:
 def render(result: Reportable, color: bool = False, show_ok: bool = False) -> str:
     failing = set(map(id, result.failing()))
     lines = []
-    for f in result.findings:
-        if f.status is Status.OK:
+    for f in summarised(f for f in result.findings if f.status is not Status.OK):
+        if isinstance(f, Repeats):  # one annotation for the rest of a kind (GitHub shows only the first few)
+            level = "error" if id(f.like) in failing else ("notice" if f.like.allowed else "warning")
+            lines.append(f"::{level} title={_escape(f'{result.tool} {f.like.check}: {f.like.status.value}', True)}"
+                         f"::{_escape(f.text())}")
             continue
         level = "error" if id(f) in failing else ("notice" if f.allowed else "warning")
         # The title names the symbol: a gate sample's ``file#i`` (an index is not a line).

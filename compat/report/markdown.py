@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from compat.findings import Status
+from compat.findings import Finding, Status
 from compat.report.escaping import escaped
+from compat.report.repeats import Repeats, summarised
 
 if TYPE_CHECKING:
     from compat.report.reportable import Reportable
@@ -62,12 +63,16 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
     if problems:
         out.append("| | probe | where | vLLM | message | fix |")
         out.append("|---|---|---|---|---|---|")
-        for f in problems:
+        for f in summarised(problems):
+            if isinstance(f, Repeats):
+                out.append(f"| | {_cell(f.like.check)} | | | … {_cell(f.text())} | |")
+                continue
             allowed = f" _(allowed: {_cell(f.allowed)})_" if f.allowed else ""
             out.append(f"| {_ICON[f.status]} {f.status.value} | {_cell(f.check)} | {_code(f.consumer_location)} | "
                        f"{_code(f.vllm_location)} | {_cell(f.message)}{allowed} | {_cell(f.fix)} |")
         out.append("")
-        evidence = [f for f in problems if f.evidence.written_for or f.evidence.audited]
+        evidence = [f for f in summarised(problems)
+                    if isinstance(f, Finding) and (f.evidence.written_for or f.evidence.audited)]
         if evidence:
             out.append("<details><summary>Evidence (signature written for → audited)</summary>")
             out.append("")
@@ -85,7 +90,8 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
         oks = [f for f in result.findings if f.status is Status.OK]
         out.append(f"<details><summary>{len(oks)} ok</summary>")
         out.append("")
-        out += [f"- {_cell(f.check)} {_code(f.consumer_location, False)}: {_cell(f.message)}" for f in oks]
+        out += [f"- … {_cell(f.text())}" if isinstance(f, Repeats) else
+                f"- {_cell(f.check)} {_code(f.consumer_location, False)}: {_cell(f.message)}" for f in summarised(oks)]
         out.append("")
         out.append("</details>")
     return "\n".join(out) + "\n"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from compat.findings import Finding, Status, by_place
 from compat.report.escaping import escaped as e
 from compat.report.headline import cut, fix_in_brief, headline
+from compat.report.repeats import Repeats, summarised
 
 if TYPE_CHECKING:
     from compat.report.reportable import Reportable
@@ -62,24 +63,31 @@ def _compact(result: Reportable, color: bool, show_ok: bool, view: View) -> str:
     # Every text is escaped (``e``): file names, messages and exception texts come from the files read.
     lines = [verdict] + [cut(f"{label:<{label_width}} : {e(text)}", width) for label, text in facts]
     shown = sorted((f for f in result.findings if show_ok or f.status is not Status.OK), key=by_place)
-    groups = _alike(shown)
-    where_width = max((len(_where(g[0])) for g in groups), default=0)
-    check_width = max((len(g[0].check) for g in groups), default=0)
+    groups = _groups(summarised(shown))
+    alike = [g for g in groups if not isinstance(g, Repeats)]
+    where_width = max((len(_where(g[0])) for g in alike), default=0)
+    check_width = max((len(g[0].check) for g in alike), default=0)
     failing = {id(f) for f in result.failing()}
     indent = 2 + (where_width + 2 if where_width else 0) + _STATUS_WIDTH + 1 + check_width + 2
-    texts = [_fitted(g[0], len(g), width - indent, 1) for g in groups]
+    texts = [[cut("… " + e(g.text()), width - indent)] if isinstance(g, Repeats) else
+             _fitted(g[0], len(g), width - indent, 1) for g in groups]
     footer = [""] + _footer(result, show_ok, view, width, more=bool(groups)) + [verdict]
-    files = [g[0].file_and_line[0] or "(no location)" for g in groups]
+    files: list[str] = []
+    for g in groups:  # a summary stays under the heading of the finding it follows
+        files.append(files[-1] if isinstance(g, Repeats) else g[0].file_and_line[0] or "(no location)")
     headings = sum(1 for k, file in enumerate(files) if k == 0 or file != files[k - 1])
     room = SCREEN - len(lines) - 2 * headings - len(groups) - len(footer)
     for i, group in enumerate(groups):
         # a failing finding keeps more of its words where the terminal is narrow: a second line, while it fits
-        if width < NARROW and id(group[0]) in failing and room > 0:
+        if not isinstance(group, Repeats) and width < NARROW and id(group[0]) in failing and room > 0:
             longer = _fitted(group[0], len(group), width - indent, 2)
             if len(longer) == 2:
                 texts[i], room = longer, room - 1
     heading: str | None = None
     for group, file, said in zip(groups, files, texts):
+        if isinstance(group, Repeats):
+            lines.append(" " * indent + said[0])
+            continue
         f = group[0]
         if file != heading:
             lines += ["", e(file) if len(e(file)) <= width else "…" + e(file)[1 - width:]]  # the name's end
@@ -155,41 +163,49 @@ def _detailed(result: Reportable, color: bool, show_ok: bool, view: View) -> str
     lines = [verdict, ""] + [f"{label:9}: {e(text)}" for label, text in result.facts()]
     lines.append("")
     shown = [f for f in result.findings if show_ok or f.status is not Status.OK]
-    for group in _alike(shown):
-        f = group[0]
-        tag = _paint(f"{f.status.value.upper():8}", f.status, color)
-        allowed = f" [allowed: {e(f.allowed)}]" if f.allowed else ""
-        alike = f" ({len(group)} findings, one fix)" if len(group) > 1 else ""
-        lines.append(f"{tag} {f.check:9} {e(f.consumer_location) or '-'}{alike}{allowed}")
-        body = textwrap.wrap(e(f.message, keep="\n"), width - 19) or [""]
-        lines += [" " * 19 + chunk for chunk in body]
-        if f.symbol:
-            lines.append(" " * 19 + f"symbol: {e(f.symbol)}" + (f"  ({e(f.vllm_location)})" if f.vllm_location
-                                                                  else ""))
-        for other in group[1:]:  # the same fix at the same place: what differs is the symbol (an architecture)
-            lines.append(" " * 19 + f"also  : {e(other.symbol)}" + (f"  ({e(other.vllm_location)})"
-                                                                      if other.vllm_location else ""))
-        if f.status is not Status.OK:
-            changes = dict(f.evidence.extra).get("changes")
-            long = len(f.evidence.written_for or "") + len(f.evidence.audited or "") > 2 * width
-            if changes and long:
-                lines.append(" " * 19 + f"changed: {e(changes)}  [since vLLM {f.evidence.written_for_build}]")
-            else:
-                if f.evidence.written_for and f.evidence.written_for != f.evidence.audited:
-                    lines.append(" " * 19 + f"was    : {e(f.evidence.written_for)}  "
-                                            f"[vLLM {f.evidence.written_for_build}]")
-                if f.evidence.audited:
-                    lines.append(" " * 19 + f"now    : {e(f.evidence.audited)}")
-            if f.fix:
-                lines.append(" " * 19 + f"fix    : {e(f.fix)}")
-            if f.evidence.traceback:
-                lines += [" " * 19 + e(t) for t in f.evidence.traceback.rstrip().splitlines()[-6:]]
+    for group in _groups(summarised(shown)):
+        if isinstance(group, Repeats):  # the rest of a kind shown three times already
+            lines += [" " * 19 + chunk for chunk in textwrap.wrap("… " + e(group.text()), width - 19)]
+        else:
+            _finding_lines(lines, group, color, width)
     if shown:
         lines.append("")
     if view.written:
         lines += [f"reports: {_paths(view.written)}", ""]
     lines.append(verdict)  # first and last: read from the top, or as the last line of a long log
     return "\n".join(lines) + "\n"
+
+
+def _finding_lines(lines: list[str], group: list[Finding], color: bool, width: int) -> None:
+    """A finding in full (and the others of its group: one fix at one place), as ``--details`` shows it."""
+    f = group[0]
+    tag = _paint(f"{f.status.value.upper():8}", f.status, color)
+    allowed = f" [allowed: {e(f.allowed)}]" if f.allowed else ""
+    alike = f" ({len(group)} findings, one fix)" if len(group) > 1 else ""
+    lines.append(f"{tag} {f.check:9} {e(f.consumer_location) or '-'}{alike}{allowed}")
+    body = textwrap.wrap(e(f.message, keep="\n"), width - 19) or [""]
+    lines += [" " * 19 + chunk for chunk in body]
+    if f.symbol:
+        lines.append(" " * 19 + f"symbol: {e(f.symbol)}" + (f"  ({e(f.vllm_location)})" if f.vllm_location
+                                                              else ""))
+    for other in group[1:]:  # the same fix at the same place: what differs is the symbol (an architecture)
+        lines.append(" " * 19 + f"also  : {e(other.symbol)}" + (f"  ({e(other.vllm_location)})"
+                                                                  if other.vllm_location else ""))
+    if f.status is not Status.OK:
+        changes = dict(f.evidence.extra).get("changes")
+        long = len(f.evidence.written_for or "") + len(f.evidence.audited or "") > 2 * width
+        if changes and long:
+            lines.append(" " * 19 + f"changed: {e(changes)}  [since vLLM {f.evidence.written_for_build}]")
+        else:
+            if f.evidence.written_for and f.evidence.written_for != f.evidence.audited:
+                lines.append(" " * 19 + f"was    : {e(f.evidence.written_for)}  "
+                                        f"[vLLM {f.evidence.written_for_build}]")
+            if f.evidence.audited:
+                lines.append(" " * 19 + f"now    : {e(f.evidence.audited)}")
+        if f.fix:
+            lines.append(" " * 19 + f"fix    : {e(f.fix)}")
+        if f.evidence.traceback:
+            lines += [" " * 19 + e(t) for t in f.evidence.traceback.rstrip().splitlines()[-6:]]
 
 
 def _verdict(result: Reportable, color: bool, hint: bool) -> str:
@@ -199,6 +215,20 @@ def _verdict(result: Reportable, color: bool, hint: bool) -> str:
         summary += f", {counts['allowed']} allowed"
     verdict = "FAIL" if result.exit_code else "PASS"
     return f"{verdict}: {summary}" + (" (ok findings hidden; --show-ok lists them)" if hint else "")
+
+
+def _groups(items: list[Finding | Repeats]) -> list[list[Finding] | Repeats]:
+    """``_alike``'s groups of each run of findings between summaries."""
+    out: list[list[Finding] | Repeats] = []
+    run: list[Finding] = []
+    for item in items:
+        if isinstance(item, Repeats):
+            out += _alike(run)
+            out.append(item)
+            run = []
+        else:
+            run.append(item)
+    return out + _alike(run)
 
 
 def _alike(findings: list[Finding]) -> list[list[Finding]]:
