@@ -279,6 +279,8 @@ def main() -> None:
     p.add_argument("--header-mb", type=int, default=100, help="size of the hostile headers (0: skip them)")
     p.add_argument("--dir", type=Path, help="where to keep the files (default: a temporary directory)")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--no-process", dest="process", action="store_false",
+                   help="skip the whole-process figures (the command line on each directory)")
     p.add_argument("--partial-layers", type=int, default=16,
                    help="layers of the model the partial recompute's cost is measured on (0: skip it)")
     args = p.parse_args()
@@ -352,6 +354,8 @@ def main() -> None:
         seconds = timed(run, args.repeat)
         per_file("  gate --values, speculators-pt", len(pt_subset), seconds)
         line("  gate --values, speculators-pt (file bytes)", len(pt_subset), seconds, du(pt_subset))
+        if args.process:
+            whole_process(root, args.hidden, args.repeat)
         if args.large_files:
             make_large(root / "large", args.large_files)
             large = sorted(str(p) for p in (root / "large").iterdir())
@@ -361,6 +365,50 @@ def main() -> None:
             headers(root, args.header_mb)
         if args.partial_layers:
             partial_cost(root, args.partial_layers, args.repeat)
+
+
+_OPEN_ONLY = """
+import os, sys
+top = sys.argv[1]
+for name in os.listdir(top):
+    with open(os.path.join(top, name), "rb") as f:
+        f.read(64)
+"""
+
+
+def _process_seconds(command: list[str], repeat: int) -> tuple[float, int]:
+    """The median wall time of ``command`` (a child process, its start included) and its peak RSS in MB (the
+    largest of its runs, from ``wait4``'s account of that child alone)."""
+    times, peak = [], 0
+    for _ in range(repeat):
+        with tempfile.TemporaryFile() as errors:
+            started = time.perf_counter()
+            child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, cwd=ROOT)
+            _, status, usage = os.wait4(child.pid, 0)
+            times.append(time.perf_counter() - started)
+            child.returncode = os.waitstatus_to_exitcode(status)
+            if child.returncode not in (0, 1):
+                errors.seek(0)
+                raise SystemExit(f"{command}: exit {child.returncode}: {errors.read().decode()[-500:]}")
+        peak = max(peak, usage.ru_maxrss // 1024)
+    return statistics.median(times), peak
+
+
+def whole_process(root: Path, hidden: int, repeat: int) -> None:
+    """What a user waits for: the command line on each layout's directory (interpreter start, imports, every
+    file, the report) beside a child process that only opens each file, and the command's peak RSS."""
+    print("tiny files, whole process (python -m compat.gate DIR, the terminal report to a pipe)")
+    for layout in ("vllm", "speculators"):
+        top = root / layout
+        count = len(os.listdir(top))
+        opened, _ = _process_seconds([sys.executable, "-c", _OPEN_ONLY, str(top)], repeat)
+        print(f"  {layout:12} {count} files: open-only loop {opened:6.2f} s")
+        base = [sys.executable, "-m", "compat.gate", str(top), "--hidden-size", str(hidden), "--layers",
+                str(LAYERS), "--no-progress"]
+        for label, extra in (("header mode", []), ("--values", ["--values"])):
+            seconds, peak = _process_seconds(base + extra, repeat)
+            print(f"  {layout:12} {label:12} {seconds:6.2f} s  {seconds / opened:5.1f}x the open-only loop  "
+                  f"(peak RSS {peak:,} MB)")
 
 
 def partial_cost(root: Path, layers: int, repeat: int) -> None:

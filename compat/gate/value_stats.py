@@ -93,6 +93,18 @@ class Prefix:
     ids: tuple[int, ...]
     rows: Any
 
+    def __reduce__(self):
+        """Pickled as the rows' float32 bytes: a worker's results cross a pipe, and torch's own pickling of a
+        small tensor (its storage, its rebuild) cost the gate's process 180 µs a file, ten times the rest."""
+        rows = self.rows.detach().cpu().float().contiguous()
+        return _prefix, (self.ids, rows.numpy().tobytes(), tuple(rows.shape))
+
+
+def _prefix(ids: tuple[int, ...], data: bytes, shape: tuple[int, ...]) -> Prefix:
+    import torch
+
+    return Prefix(ids, torch.frombuffer(bytearray(data), dtype=torch.float32).view(shape))
+
 
 @cache
 def _projection(hidden: int):

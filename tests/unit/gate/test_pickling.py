@@ -35,3 +35,15 @@ def test_read_views_survive_a_round_trip(tmp_path):
         back = pickle.loads(pickle.dumps(view, protocol=pickle.HIGHEST_PROTOCOL))
         assert back == view and type(back) is FileView
     assert views[0].samples and views[1].failure is not None  # one read, one refused: both kinds crossed
+
+
+def test_a_prefix_crosses_as_its_float32_bytes():
+    import torch
+
+    from compat.gate.value_stats import Prefix
+
+    rows = torch.randn(4, 3, 64)
+    back = pickle.loads(pickle.dumps(Prefix((1, 2, 3, 4), rows), protocol=pickle.HIGHEST_PROTOCOL))
+    assert back.ids == (1, 2, 3, 4) and back.rows.dtype == torch.float32 and torch.equal(back.rows, rows)
+    back.rows[0, 0, 0] = 7.0  # its own writable memory, not a view of the pickle's bytes
+    assert rows[0, 0, 0] != 7.0
