@@ -259,6 +259,13 @@ def test_a_state_from_other_options_or_no_state_file_is_refused(tmp_path, capsys
     other.write_text('{"some": "file"}\n{"of": "lines"}\n')
     assert main([str(tmp_path / "d"), "--state", str(other), "--no-progress"]) == 2
     assert "not a gate state file" in capsys.readouterr().err
+    # the first format's records leave out a layer's tiny rows: what they say of them cannot be taken
+    older = tmp_path / "older.jsonl"
+    lines = kept.splitlines(keepends=True)
+    older.write_text(lines[0].replace(FORMAT, "compat.gate.state/1") + "".join(lines[1:]))
+    assert main([str(tmp_path / "d"), "--state", str(older), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "older format" in err and "compat.gate.state/1" in err, err
     assert main([str(tmp_path / "d"), "--jobs", "0"]) == 2
 
 

@@ -2,7 +2,7 @@
 
 A state file is JSON lines, appended to and flushed after every batch. The first line says what wrote it::
 
-    {"format": "compat.gate.state/1", "generated_by": "compat X.Y.Z", "hints": ReadHints.as_dict()}
+    {"format": "compat.gate.state/2", "generated_by": "compat X.Y.Z", "hints": ReadHints.as_dict()}
 
 and every other line is one checked file::
 
@@ -36,7 +36,9 @@ from compat.gate.filestep import FileResult, ReadHints
 from compat.gate.read import metadata
 from compat.gate.read.source import is_url
 
-FORMAT = "compat.gate.state/1"
+FORMAT = "compat.gate.state/2"
+"""``/2``: a layer's rows too small for any state (``tiny_rows``, ``first_tiny``) are recorded. A record leaves out
+what is 0, so a ``/1`` record cannot say whether a layer had none: a ``/1`` file is refused, not read as none."""
 
 Stamp = tuple[int, int, str | None]
 """What says a file is unchanged: size, modification time in nanoseconds (0 where an ETag stands for it), ETag
@@ -116,8 +118,11 @@ class StateFile:
             if len(lines) == 1 and not lines[0].endswith("\n"):  # cut short while its first line was written
                 self.notes.append(f"state file {self.path}: its first line was cut short; started again")
                 return False
-            raise CompatError(f"--state {self.path}: not a gate state file (its first line is not a "
-                              f"{FORMAT} header)")
+            older = isinstance(found, dict) and str(found.get("format", "")).startswith("compat.gate.state/")
+            raise CompatError(f"--state {self.path}: " + (
+                f"written in the older format {_shown(found.get('format'))} (this gate writes {FORMAT}, whose "
+                "records hold what that one's cannot): name another state file, or delete this one" if older else
+                f"not a gate state file (its first line is not a {FORMAT} header)"))
         for key, flag in (("generated_by", "the gate's version"), ("hints", "the options that change what is read")):
             if found.get(key) != self.header[key]:
                 raise CompatError(f"--state {self.path}: written with other {flag} ({key} {_shown(found.get(key))}, "
