@@ -18,12 +18,18 @@ T drawn from 16..128, and speculators 0.3.0's ``data_{i}.pt`` (torch.save of inp
   where bytes/s is what counts;
 - ``--reference``'s recompute per token on a Llama of --partial-layers layers: the full model (the samples the full
   check picks) beside the partial one every sample gets (the embeddings and layer 0), and their ratio;
+- tiny files, whole process (unless --no-process): ``python -m compat.gate DIR`` on each layout's directory, header
+  mode and ``--values``, beside a child that only opens each file: wall time (start, imports and report included),
+  their ratio, and the command's peak RSS;
 - a header of --header-mb MB, in two shapes (1.4 million one-element tensors; one tensor and a
   ``__metadata__`` of a million strings): the gate's time and peak resident memory (VmHWM) on it beside the
   safetensors library's (``safe_open`` of the file, keys and metadata), each in a child process of its own.
 
 Aims: header mode at least 15,000 small safetensors files/s on a 2-core machine, and per tiny file within 3x
 the open-only loop; a 100 MB header linear in its size, its peak memory a small multiple of it, near the library.
+
+Whole process on 50,000 files of each layout (``--files 50000 --pt-files 50000``, 2026-12-07): header mode 3.3x
+(.safetensors) and 8.6x (.pt) the open-only process, ``--values`` 47x and 57x (docs/performance.md has the table).
 
 Measured on the 2-core development machine (shared with other jobs: figures vary by up to 2x run to run),
 before (81daa0b) and after the "Bounded cost" changes, over 20,000 .safetensors and 2,000 .pt files
