@@ -12,22 +12,23 @@ from __future__ import annotations
 
 from dataclasses import fields
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def by_fields(cls: type[T]) -> type[T]:
     """Class decorator (under ``@dataclass``): pickle as ``cls(*field values)``."""
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    names = [f.name for f in fields(cls)]
     get = attrgetter(*names)
 
-    if len(names) == 1:
-        def reduce(self: Any) -> tuple[type[T], tuple[Any, ...]]:
-            return cls, (get(self),)
-    else:
-        def reduce(self: Any) -> tuple[type[T], tuple[Any, ...]]:
-            return cls, get(self)
+    def reduce(self: T) -> tuple[type[T], tuple[Any, ...]]:
+        values = get(self)
+        return cls, values if len(names) > 1 else (values,)
 
-    cls.__reduce__ = reduce  # type: ignore[method-assign]
+    # set on the class after it is made: a method in its body would be the dataclass's to keep or replace
+    type.__setattr__(cls, "__reduce__", reduce)
     return cls
