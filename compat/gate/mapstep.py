@@ -35,7 +35,8 @@ WORKER_START_SECONDS = 0.5
 """About what starting a worker costs (a new interpreter importing the gate), ``TORCH_START_SECONDS`` more with
 ``--values`` (torch's import: 1.5 to 4 s on a loaded 2-core machine)."""
 TORCH_START_SECONDS = 3.0
-_HEADER_SECONDS = {".safetensors": 25e-6, "other": 100e-6}
+_SAFETENSORS_SECONDS = 25e-6
+_TORCH_SECONDS = 100e-6
 """What reading a tiny file's header costs in one process: a safetensors header (12 µs where headers repeat, as a
 dataset's do one token count at a time, 45 µs where none does), a torch.save zip directory and pickle (95 µs)."""
 _RESULT_SECONDS = 15e-6
@@ -129,7 +130,7 @@ def _crashed(result: FileResult) -> bool:
 def _estimate(todo: list[int], files: list[str], sizes: list[int] | None, hints: ReadHints) -> float:
     """Roughly how many seconds reading ``todo`` takes in one process."""
     safetensors = sum(1 for i in todo if files[i].endswith(".safetensors"))
-    seconds = safetensors * _HEADER_SECONDS[".safetensors"] + (len(todo) - safetensors) * _HEADER_SECONDS["other"]
+    seconds = safetensors * _SAFETENSORS_SECONDS + (len(todo) - safetensors) * _TORCH_SECONDS
     seconds -= len(todo) * _RESULT_SECONDS
     if hints.values:
         seconds += len(todo) * _VALUES_SECONDS

@@ -8,8 +8,10 @@ import re
 
 _NONCHARACTERS = "\ufdd0-\ufdef\ufffe\uffff" + "".join(
     f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(1, 17))
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff"
-                     + _NONCHARACTERS + "]")
+SHOWN_ESCAPED = "\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff"
+"""A character class (without its brackets) of what every report escapes but noncharacters: JSON carries those
+as they are (``compat.report.json_report``)."""
+_UNSAFE = re.compile("[" + SHOWN_ESCAPED + _NONCHARACTERS + "]")
 """C0 controls, DEL, C1 controls; the bidirectional marks and overrides that reorder what a reader sees, and the
 line and paragraph separators some viewers break lines at; lone surrogates (no encoder accepts them); Unicode's
 66 noncharacters (U+FDD0-U+FDEF and the last two code points of every plane: XML 1.0 forbids U+FFFE and U+FFFF,

@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any, TextIO
 
-from compat.report.escaping import escaped
+from compat.report.escaping import SHOWN_ESCAPED, escaped
 from compat.report.reportable import Reportable
 
 
@@ -29,8 +29,7 @@ def write(result: Reportable, out: TextIO) -> None:
 
 
 _ENCODER = json.JSONEncoder(indent=2)
-_UNSAFE_IN_JSON = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
-                             "\ud800-\udfff]")
+_UNSAFE_IN_JSON = re.compile("(?![\n\t])[" + SHOWN_ESCAPED + "]")
 """The characters ``escaped`` changes that JSON would carry (written as ``\\uNNNN``, which a reader decodes back):
 controls but line breaks and tabs, bidirectional marks, separators, lone surrogates. A report without any is
 written as it is, without a second copy."""

@@ -63,7 +63,8 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
     if problems:
         out.append("| | probe | where | vLLM | message | fix |")
         out.append("|---|---|---|---|---|---|")
-        for f in summarised(problems):
+        rows = summarised(problems)
+        for f in rows:
             if isinstance(f, Repeats):
                 out.append(f"| | {_cell(f.like.check)} | | | … {_cell(f.text())} | |")
                 continue
@@ -71,8 +72,7 @@ def render(result: Reportable, color: bool = False, show_ok: bool = False) -> st
             out.append(f"| {_ICON[f.status]} {f.status.value} | {_cell(f.check)} | {_code(f.consumer_location)} | "
                        f"{_code(f.vllm_location)} | {_cell(f.message)}{allowed} | {_cell(f.fix)} |")
         out.append("")
-        evidence = [f for f in summarised(problems)
-                    if isinstance(f, Finding) and (f.evidence.written_for or f.evidence.audited)]
+        evidence = [f for f in rows if isinstance(f, Finding) and (f.evidence.written_for or f.evidence.audited)]
         if evidence:
             out.append("<details><summary>Evidence (signature written for → audited)</summary>")
             out.append("")
