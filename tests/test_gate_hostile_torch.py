@@ -215,6 +215,28 @@ def test_directories_that_lie_about_sizes_are_refused_unread(tmp_path):
     _one_finding_each(tmp_path, {f"{name}.pt": "DirectoryMismatch" for name in paths})
 
 
+def test_files_of_one_pickle_share_its_stubs_but_each_file_is_checked_against_its_own_directory(tmp_path):
+    """Files of one token count hold the same data.pkl byte for byte, so it is unpickled once: the second file
+    reuses the first one's stubs and views, the third (same pickle, a storage member shorter than the pickle
+    needs) is still refused by its own directory."""
+    good = _good(tmp_path)
+    again = write_speculators(tmp_path / "again.pt", torch.arange(16), layered(16, H, 4, seed=1))
+    short = write_speculators(tmp_path / "short.pt", torch.arange(16), layered(16, H, 4, seed=2))
+    rezipped(short, tmp_path / "tmp.pt", zipfile.ZIP_STORED).replace(short)
+    patched(short, "short/data/2", {"compressed": 1024, "size": 1024}, {"compressed": 1024, "size": 1024})
+    pickles = {read_archive(str(p)).pickle for p in (good, again, short)}
+    assert len(pickles) == 1 and len(next(iter(pickles))) <= torch_header.MEMO_PICKLE  # the case arises
+    torch_header._unpickled_before.cache_clear()
+    first, second, third = (read_file(str(p), hidden_size=H) for p in (good, again, short))
+    assert torch_header._unpickled_before.cache_info().hits == 2  # unpickled once for the three
+    assert first.failure is None and second.failure is None, (first.failure, second.failure)
+    (a,), (b,) = first.samples, second.samples
+    assert (a.file, b.file) == (str(good), str(again))
+    assert b.layers is a.layers and b.token_ids is a.token_ids and len(b.layers) == 4
+    assert third.failure is not None and third.failure.error_type == "DirectoryMismatch", third.failure
+    assert "storage" in third.failure.message and "1024 bytes" in third.failure.message, third.failure.message
+
+
 def test_a_pickle_sharing_containers_is_one_finding_not_five_million_layers(tmp_path):
     """5000 references to one sample whose hidden_states are 1000 references to one tensor (15 KB; 14 to 29 s
     and 1.2 to 1.45 GB in header mode before, MemoryError or minutes with --values); one list of layers shared

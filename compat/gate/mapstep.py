@@ -36,14 +36,16 @@ WORKER_START_SECONDS = 0.5
 ``--values`` (torch's import: 1.5 to 4 s on a loaded 2-core machine)."""
 TORCH_START_SECONDS = 3.0
 _SAFETENSORS_SECONDS = 25e-6
-_TORCH_SECONDS = 100e-6
+_TORCH_SECONDS = 60e-6
 """What reading a tiny file's header costs in one process: a safetensors header (12 µs where headers repeat, as a
-dataset's do one token count at a time, 45 µs where none does), a torch.save zip directory and pickle (95 µs)."""
-_RESULT_SECONDS = 15e-6
-"""What taking a worker's result costs this process per file (unpickling its views: 10 µs a .safetensors file, 17
-µs a .pt one, ``compat.gate.read.pickling``): workers save only the difference, so on a few cores tiny
-safetensors files stay in-process (50,000 of them: 2.1 s in one process, 2.3 s with two workers on 2 cores) and
-tiny .pt files go to workers (6.1 s in one process, 4.6 s with two)."""
+dataset's do one token count at a time, 45 µs where none does), a torch.save zip directory and pickle (47 µs where
+pickles repeat, the same way, 90 µs where none does)."""
+_RESULT_SECONDS = 10e-6
+"""What taking a worker's result costs this process per file (unpickling its views: 8 µs a .safetensors file, 5 µs
+a .pt one whose views it shares with the batch's other files of its token count, ``compat.gate.read.pickling``,
+``compat.gate.read.files``) and running the workers beside it: workers save only the difference, so on a few
+cores tiny safetensors files stay in-process (50,000 of them: 2.1 s in one process, 2.3 s with two workers on 2
+cores) and tiny .pt files go to workers (50,000: 2.5-2.7 s in one process, 2.0-2.6 s with two)."""
 _VALUES_SECONDS = 1e-3
 _VALUES_BYTES_PER_SECOND = 300e6
 

@@ -1,14 +1,15 @@
 """``--jobs N``: the per-file step (``compat.gate.filestep``) in worker processes, batch by batch.
 
 Workers are started with ``spawn`` (a fresh interpreter: never a ``fork`` of a process that may hold torch's
-threads), each with the run's ``ReadHints``; each gets one batch at a time through its own pipe and answers with
-the batch's results, pickled whole (``pickle.dumps``: a tensor travels inline, not as a shared-memory handle).
-A worker keeps nothing between batches but the bounded header memo (``read.safetensors_header``: at most 4,096
-small headers), so its memory is bounded by the largest file of a batch, not by the run.
+threads), each with the run's ``ReadHints``; each gets its batches through its own pipe (``AHEAD`` at a time: the
+next waits there while it checks one) and answers each with the batch's results, pickled whole (``pickle.dumps``:
+a tensor travels inline, not as a shared-memory handle). A worker keeps nothing between batches but its bounded
+memos (``read.safetensors_header``: at most 4,096 small headers; ``read.torch_header`` and ``read.files``: 256
+small pickles and their views), so its memory is bounded by the largest files of its batches, not by the run.
 
 A worker that dies (killed, out of memory, a crash in a library) loses no file and counts none twice: the parent
-knows which batch each worker holds; the batch is given again, one file at a time, to fresh workers, and a file
-that ends a worker a second time is that file's finding (``CRASHED``), the run goes on.
+knows which batches each worker holds; they are given again, one file at a time and each file alone in a worker,
+and a file that ends a worker a second time is that file's finding (``CRASHED``), the run goes on.
 
 Test hook, read only by workers: ``COMPAT_GATE_TEST_EXIT=NAME`` makes a worker exit at once (``os._exit``) when it
 is about to check a file named ``NAME``; with ``COMPAT_GATE_TEST_EXIT_MARKER=PATH`` only the first time (the
@@ -96,15 +97,21 @@ class _Worker:
         child.close()
         self.started = False
         """It said it is ready (a worker that dies before is one that cannot start: no file's fault)."""
-        self.held: tuple[Batch, int] | None = None
-        """The batch it is checking, and how many workers that batch has ended before."""
+        self.held: deque[tuple[Batch, int]] = deque()
+        """The batches it was given and has not answered, oldest (the one it is checking) first, each with how
+        many workers that batch has ended before."""
+
+    def wants(self) -> bool:
+        """It can take a batch: none held, or one first try (``AHEAD``; a batch given again after a worker died
+        on it is held alone, so that a second death is that batch's alone)."""
+        return not self.held or (len(self.held) < AHEAD and self.held[-1][1] == 0)
 
     def give(self, held: tuple[Batch, int]) -> None:
-        self.held = held
+        self.held.append(held)
         self.conn.send(held[0])
 
     def answer(self) -> tuple[list[FileResult] | None, bool]:
-        """The held batch's results (None: not yet), and whether the worker died instead."""
+        """The oldest held batch's results (None: not yet), and whether the worker died instead."""
         alive = self.process.is_alive()  # first: what a dead worker sent is all in the pipe by then
         try:
             while self.conn.poll():
@@ -118,7 +125,7 @@ class _Worker:
 
     def stop(self) -> None:
         if self.process.is_alive():
-            if self.held is None:
+            if not self.held:
                 try:
                     self.conn.send(None)
                 except OSError:
@@ -128,6 +135,12 @@ class _Worker:
                 self.process.terminate()
         self.process.join()
         self.conn.close()
+
+
+AHEAD = 2
+"""Batches a worker holds at once: the next one waits in its pipe while it checks one, so it never waits for the
+gate's process to take a result and send more (on 2 cores, where the workers keep both busy, that wait made two
+workers no faster than one)."""
 
 
 class _CannotStart(Exception):
@@ -158,9 +171,9 @@ def _run(queue: deque[tuple[Batch, int]], hints: ReadHints, most: int, done: Don
             while queue and len(workers) < most:
                 workers.append(_Worker(ctx, hints, threads))
             for w in list(workers):
-                if w.held is None and queue:
+                while queue and w.wants() and (not w.held or queue[0][1] == 0):
                     w.give(queue.popleft())
-                elif w.held is None:  # nothing left for it
+                if not w.held:  # nothing left for it
                     w.stop()
                     workers.remove(w)
             if not workers:
@@ -169,26 +182,26 @@ def _run(queue: deque[tuple[Batch, int]], hints: ReadHints, most: int, done: Don
             for w in list(workers):
                 if w.conn not in ready and w.process.sentinel not in ready:
                     continue
-                assert w.held is not None
-                batch, ended = w.held
+                assert w.held
                 results, dead = w.answer()
                 if results is not None:
-                    w.held = None
-                    done(batch, results)
+                    done(w.held.popleft()[0], results)
                     continue
                 if not dead:
                     continue  # it said it started
-                w.held = None
+                held = list(w.held)
+                w.held.clear()
                 w.stop()
                 workers.remove(w)  # another is started while work is left
                 reason = _ended(w.process.exitcode)
                 if not w.started:
-                    queue.extendleft([(batch, ended)] + [x.held for x in workers if x.held is not None])
+                    queue.extendleft(reversed(held + [h for x in workers for h in x.held]))
                     raise _CannotStart(reason)
-                if ended == 0:  # once more, one file at a time: only the file that ends a worker is its finding
-                    queue.extendleft(([item], 1) for item in reversed(batch))
-                else:
-                    done(batch, [crashed(path, reason) for _, path, _ in batch])
+                for batch, ended in reversed(held):
+                    if ended == 0:  # once more, one file at a time: only the file that ends a worker is its finding
+                        queue.extendleft(([item], 1) for item in reversed(batch))
+                    else:  # held alone (``wants``): this batch ended the worker
+                        done(batch, [crashed(path, reason) for _, path, _ in batch])
     finally:
         for w in workers:
             w.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 import traceback
+from typing import Any
 
 from compat.gate.read.layouts import Layout
 from compat.gate.read.metadata import system_path
@@ -13,7 +14,7 @@ from compat.gate.read.safetensors_header import HeaderError, read_header, read_h
 from compat.gate.read.samples import LayoutMismatch, missing_tensors_sample, names, sample_from_object, stacked_sample
 from compat.gate.read.source import RemoteFile, StorageError, is_url, open_remote
 from compat.gate.read.torch_load import load_error, load_structure
-from compat.gate.read.views import FailureKind, FileView, ReadFailure
+from compat.gate.read.views import FailureKind, FileView, ReadFailure, SampleView
 from compat.gate.read.zip_archive import FormatError
 
 NOT_DATA = "move it out of the dataset's directory, or replace it with the data file it stands for"
@@ -134,11 +135,9 @@ def read_safetensors(path: str, forced: Layout | None, source: RemoteFile | None
 
 def read_torch(path: str, forced: Layout | None, hidden_size: int | None, layers: int | None, size: int) -> FileView:
     try:
-        obj = load_structure(path)
-        items = list(enumerate(obj)) if isinstance(obj, (list, tuple)) else [(None, obj)]
-        if not items:
-            raise LayoutMismatch("holds an empty list")
-        samples = tuple(sample_from_object(path, i, item, forced, hidden_size, layers) for i, item in items)
+        obj, shared = load_structure(path)
+        samples = _samples_of_shared(path, obj, forced, hidden_size, layers) if shared else \
+            _samples(path, obj, forced, hidden_size, layers)
     except LayoutMismatch as exc:
         return FileView(path, size, failure=ReadFailure(FailureKind.LAYOUT_MISMATCH, str(exc), type(exc).__name__))
     except FormatError as exc:  # not a torch.save file, or an archive refused unread (ArchiveRefused)
@@ -149,6 +148,34 @@ def read_torch(path: str, forced: Layout | None, hidden_size: int | None, layers
         return FileView(path, size, failure=_unreadable(load_error(exc), type(exc).__name__,
                                                         traceback.format_exc(limit=-8)))
     return FileView(path, size, samples)
+
+
+def _samples(path: str, obj: Any, forced: Layout | None, hidden_size: int | None,
+             layers: int | None) -> tuple[SampleView, ...]:
+    items = list(enumerate(obj)) if isinstance(obj, (list, tuple)) else [(None, obj)]
+    if not items:
+        raise LayoutMismatch("holds an empty list")
+    return tuple(sample_from_object(path, i, item, forced, hidden_size, layers) for i, item in items)
+
+
+def _samples_of_shared(path: str, obj: Any, forced: Layout | None, hidden_size: int | None,
+                       layers: int | None) -> tuple[SampleView, ...]:
+    """``_samples`` of stubs that files with the same pickle share (``load_structure``): made once per object and
+    hints, and given each file's path. A view says nothing of its file but its path (``SampleView.file``), so
+    files of one token count share their tensors' views too, and a worker's results pickle each only once."""
+    key = (id(obj), forced, hidden_size, layers)
+    known = _views_of.get(key)
+    if known is None or known[0] is not obj:  # the memo holds its objects, so an id names one object while kept
+        if len(_views_of) >= _VIEWS_KEPT:
+            _views_of.clear()
+        known = _views_of[key] = (obj, _samples(path, obj, forced, hidden_size, layers))
+    return tuple(SampleView(path, s.index, s.layout, s.token_ids, s.layers, s.stacked, s.loss_mask, s.faults)
+                 for s in known[1])
+
+
+_VIEWS_KEPT = 256
+"""As many as ``torch_header`` keeps unpickled pickles."""
+_views_of: dict[tuple[int, Layout | None, int | None, int | None], tuple[Any, tuple[SampleView, ...]]] = {}
 
 
 def file_size(path: str, source: RemoteFile | None = None) -> int:

@@ -21,7 +21,9 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from operator import mul
+from typing import Any
 
 from compat.gate.read.tensors import ITEMSIZE
 from compat.gate.read.zip_archive import (
@@ -204,14 +206,20 @@ def _refuse_sets(data: bytes | bytearray) -> None:
 
 def read_stubs(archive: Archive):
     """The object the archive's pickle stores, with a ``TensorStub`` for each tensor; raises NotPlain when it
-    needs more than plain tensors, and DirectoryMismatch when a storage's member is shorter than its tensors."""
-    unpickler = _Unpickler(archive.pickle)
-    try:
-        obj = unpickler.load()
-    except (EOFError, pickle.UnpicklingError, ValueError, KeyError, TypeError, IndexError) as exc:
-        raise NotPlain(f"{type(exc).__name__}: {exc}") from exc
+    needs more than plain tensors, SharedContainer when it reaches one container twice (``refuse_shared``), and
+    DirectoryMismatch when a storage's member is shorter than its tensors.
+
+    A small pickle is unpickled once per distinct content (``_unpickled_before``): a dataset's files of one token
+    count hold the same pickle byte for byte (what differs, the tensors' data and their CRCs, lies in the other
+    members), and the stubs are never changed once made, so the files share them. Each file's storages are
+    still checked against its own directory."""
+    data = archive.pickle
+    if len(data) <= MEMO_PICKLE:
+        obj, storages = _unpickled_before(bytes(data))
+    else:
+        obj, storages = _unpickled(data)
     members = archive.directory.members
-    for storage in unpickler.storages.values():
+    for storage in storages:
         member = members.get(f"{archive.prefix}data/{storage.key}")
         if member is None:
             raise NotPlain(f"storage {storage.key} missing")
@@ -219,6 +227,27 @@ def read_stubs(archive: Archive):
             raise DirectoryMismatch(f"storage {storage.key} holds {storage.numel} {storage.dtype} elements "
                                     f"({storage.nbytes} bytes) by the pickle but its member {member.size} bytes")
     return obj
+
+
+def _unpickled(data: bytes | bytearray) -> tuple[Any, tuple[StorageRef, ...]]:
+    """The pickle's object with stubs (checked by ``refuse_shared``) and the storages it names."""
+    unpickler = _Unpickler(data)
+    try:
+        obj = unpickler.load()
+    except (EOFError, pickle.UnpicklingError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise NotPlain(f"{type(exc).__name__}: {exc}") from exc
+    refuse_shared(obj)
+    return obj, tuple(unpickler.storages.values())
+
+
+MEMO_PICKLE = 4 << 10
+"""Pickles up to this size are unpickled once per content (a speculators sample's is about 500 bytes; one of 32
+layers about 2 KB). With ``_MEMO_ENTRIES`` entries the memo holds at most 1 MiB of pickles, and the objects they
+make, at most some 80 bytes per pickle byte, at most about 80 MiB whatever the files hold; a few KB in a real
+dataset's."""
+_MEMO_ENTRIES = 256
+_unpickled_before = lru_cache(maxsize=_MEMO_ENTRIES)(_unpickled)
+"""Raises as ``_unpickled`` does (a failure is not kept: the file is read again, as a hostile file should be)."""
 
 
 def read_structure(path: str):

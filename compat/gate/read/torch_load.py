@@ -85,8 +85,9 @@ def _refusal(text: str) -> str | None:
     return _REFUSED + (" ".join(kept) or "torch gave no reason")
 
 
-def load_structure(path: str) -> Any:
-    """The stored object: tensor stubs from the checked archive's pickle (fast), else torch.load's answer.
+def load_structure(path: str) -> tuple[Any, bool]:
+    """The stored object, and whether it is the stubs of the checked archive's pickle (fast; shared by every file
+    whose pickle is the same, so never to be changed: ``read_stubs``) rather than torch.load's answer.
 
     Raises ``FormatError`` for a file that is neither a zip archive nor a pickle stream, and its subclass
     ``ArchiveRefused`` for an archive whose directory lies or declares too much, or an object that reaches one
@@ -97,10 +98,11 @@ def load_structure(path: str) -> Any:
     except NotPlain:
         archive = None  # no zip archive, or no data.pkl in it: torch.load says what it is
     obj = _stubs(archive)
-    if obj is None:
-        obj = _load_checked(path, archive)
+    if obj is not None:
+        return obj, True  # refuse_shared ran on it when it was unpickled
+    obj = _load_checked(path, archive)
     refuse_shared(obj)
-    return obj
+    return obj, False
 
 
 def _stubs(archive: Archive | None) -> Any:
@@ -175,7 +177,6 @@ def open_values(path: str) -> Iterator[Any]:
     archive = read_archive(path, directory)
     obj = _stubs(archive)
     if obj is not None and _native_byte_order(archive) and (not directory.stored or _contiguous(obj)):
-        refuse_shared(obj)
         yield _inflated(obj, _Inflater(archive))
     elif directory.stored:
         yield load_torch(path)  # views into shared storages: mapped, not read whole
