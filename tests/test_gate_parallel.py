@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from multiprocessing import get_context
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from compat.gate.filejson import decode_result, encode_result
 from compat.gate.filestep import ReadHints, check_file
 from compat.gate.read.layouts import Layout
 from compat.gate.state import FORMAT
-from compat.gate.workers import CRASHED, TEST_EXIT, TEST_EXIT_MARKER
+from compat.gate.workers import CRASHED, TEST_EXIT, TEST_EXIT_MARKER, _Worker
 
 from .gate_files import layered, write_data_config, write_eagle, write_speculators, write_vllm
 from .test_gate_hostile_torch import Storage, Tensor, deflated_zeros, pickled, stored, zip_bytes
@@ -292,3 +293,16 @@ def test_a_state_file_nested_deep_or_no_file_is_one_clear_error_or_read_again(tm
     assert main([str(tmp_path / "d"), "--state", str(fifo), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "not a regular file" in err, err
+
+
+def test_a_batch_given_to_a_worker_that_has_just_died_is_kept_to_be_given_again():
+    """A worker holds a batch ahead; when it dies on that one after answering the one before, the next batch the
+    gate gives it finds its pipe closed: that batch is held with the rest, for the death to give them again."""
+    worker = _Worker(get_context("spawn"), ReadHints(), 1)
+    worker.process.kill()
+    worker.process.join()
+    batch = ([(0, "hs_0.safetensors", True)], 0)
+    worker.give(batch)
+    assert list(worker.held) == [batch]
+    assert worker.answer() == (None, True)
+    worker.stop()

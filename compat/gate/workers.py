@@ -108,7 +108,10 @@ class _Worker:
 
     def give(self, held: tuple[Batch, int]) -> None:
         self.held.append(held)
-        self.conn.send(held[0])
+        try:
+            self.conn.send(held[0])
+        except OSError:  # it died since its last answer (on the batch it held ahead): its sentinel says so, and
+            pass  # what it holds, this batch included, is given again
 
     def answer(self) -> tuple[list[FileResult] | None, bool]:
         """The oldest held batch's results (None: not yet), and whether the worker died instead."""
