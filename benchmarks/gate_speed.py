@@ -28,8 +28,9 @@ T drawn from 16..128, and speculators 0.3.0's ``data_{i}.pt`` (torch.save of inp
 Aims: header mode at least 15,000 small safetensors files/s on a 2-core machine, and per tiny file within 3x
 the open-only loop; a 100 MB header linear in its size, its peak memory a small multiple of it, near the library.
 
-Whole process on 50,000 files of each layout (``--files 50000 --pt-files 50000``, 2026-12-07): header mode 3.3x
-(.safetensors) and 8.6x (.pt) the open-only process, ``--values`` 47x and 57x (docs/performance.md has the table).
+Whole process on 50,000 files of each layout (``--files 50000 --pt-files 50000``, 2026-12-07, second sitting):
+header mode 2.9x (.safetensors) and 5.9x (.pt) the open-only process, ``--values`` 47-57x and 57-62x
+(docs/performance.md has the table).
 
 Measured on the 2-core development machine (shared with other jobs: figures vary by up to 2x run to run),
 before (81daa0b) and after the "Bounded cost" changes, over 20,000 .safetensors and 2,000 .pt files
