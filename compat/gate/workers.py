@@ -101,10 +101,11 @@ class _Worker:
         """The batches it was given and has not answered, oldest (the one it is checking) first, each with how
         many workers that batch has ended before."""
 
-    def wants(self) -> bool:
-        """It can take a batch: none held, or one first try (``AHEAD``; a batch given again after a worker died
-        on it is held alone, so that a second death is that batch's alone)."""
-        return not self.held or (len(self.held) < AHEAD and self.held[-1][1] == 0)
+    def takes(self, batch: tuple[Batch, int]) -> bool:
+        """It can take ``batch`` now: it holds none, or holds fewer than ``AHEAD`` and neither they nor ``batch``
+        were given again after a worker died on them (such a batch is held alone, so that a second death is that
+        batch's alone)."""
+        return not self.held or (len(self.held) < AHEAD and self.held[-1][1] == 0 and batch[1] == 0)
 
     def give(self, held: tuple[Batch, int]) -> None:
         self.held.append(held)
@@ -174,7 +175,7 @@ def _run(queue: deque[tuple[Batch, int]], hints: ReadHints, most: int, done: Don
             while queue and len(workers) < most:
                 workers.append(_Worker(ctx, hints, threads))
             for w in list(workers):
-                while queue and w.wants() and (not w.held or queue[0][1] == 0):
+                while queue and w.takes(queue[0]):
                     w.give(queue.popleft())
                 if not w.held:  # nothing left for it
                     w.stop()
@@ -203,7 +204,7 @@ def _run(queue: deque[tuple[Batch, int]], hints: ReadHints, most: int, done: Don
                 for batch, ended in reversed(held):
                     if ended == 0:  # once more, one file at a time: only the file that ends a worker is its finding
                         queue.extendleft(([item], 1) for item in reversed(batch))
-                    else:  # held alone (``wants``): this batch ended the worker
+                    else:  # held alone (``takes``): this batch ended the worker
                         done(batch, [crashed(path, reason) for _, path, _ in batch])
     finally:
         for w in workers:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 import traceback
+from dataclasses import replace
 from typing import Any
 
 from compat.gate.read.layouts import Layout
@@ -169,8 +170,7 @@ def _samples_of_shared(path: str, obj: Any, forced: Layout | None, hidden_size: 
         if len(_views_of) >= _VIEWS_KEPT:
             _views_of.clear()
         known = _views_of[key] = (obj, _samples(path, obj, forced, hidden_size, layers))
-    return tuple(SampleView(path, s.index, s.layout, s.token_ids, s.layers, s.stacked, s.loss_mask, s.faults)
-                 for s in known[1])
+    return tuple(replace(s, file=path) for s in known[1])
 
 
 _VIEWS_KEPT = 256
