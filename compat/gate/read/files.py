@@ -12,7 +12,14 @@ from typing import Any
 from compat.gate.read.layouts import Layout
 from compat.gate.read.metadata import system_path
 from compat.gate.read.safetensors_header import HeaderError, read_header, read_header_at
-from compat.gate.read.samples import LayoutMismatch, missing_tensors_sample, names, sample_from_object, stacked_sample
+from compat.gate.read.samples import (
+    VLLM_TENSORS,
+    LayoutMismatch,
+    missing_tensors_sample,
+    names,
+    sample_from_object,
+    stacked_sample,
+)
 from compat.gate.read.source import RemoteFile, StorageError, is_url, open_remote
 from compat.gate.read.torch_load import load_error, load_structure
 from compat.gate.read.views import FailureKind, FileView, ReadFailure, SampleView
@@ -117,7 +124,7 @@ def _cannot_open(exc: OSError) -> ReadFailure:
 
 def read_safetensors(path: str, forced: Layout | None, source: RemoteFile | None = None) -> FileView:
     try:
-        header = read_header(path) if source is None else read_header_at(source)
+        header = read_header(path, VLLM_TENSORS) if source is None else read_header_at(source, VLLM_TENSORS)
     except HeaderError as exc:
         return FileView(path, file_size(path, source), failure=_unreadable(str(exc), type(exc).__name__))
     except OSError as exc:
@@ -127,10 +134,10 @@ def read_safetensors(path: str, forced: Layout | None, source: RemoteFile | None
     if layout is not Layout.VLLM_SAFETENSORS:
         return FileView(path, header.file_size, failure=ReadFailure(
             FailureKind.LAYOUT_MISMATCH, f"--layout {layout.value} reads torch.save files; this is a safetensors "
-            f"file with tensors {names(tensors) or '(none)'}", LayoutMismatch.__name__))
+            f"file with tensors {names(header.first, header.count) or '(none)'}", LayoutMismatch.__name__))
     hs, ids = tensors.get("hidden_states"), tensors.get("token_ids")
     if hs is None or ids is None:
-        return FileView(path, header.file_size, (missing_tensors_sample(path, tensors),))
+        return FileView(path, header.file_size, (missing_tensors_sample(path, header),))
     return FileView(path, header.file_size, (stacked_sample(path, hs, ids),))
 
 

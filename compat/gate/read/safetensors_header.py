@@ -16,6 +16,9 @@ Python's ``json`` is more lenient than ``serde_json``, so besides parsing, this 
   or an object of strings;
 - sorted by offsets, each tensor begins where the previous ends (the first at 0) and spans exactly its shape's
   bytes; the last ends where the file does.
+
+A header may be 100 MB of a million entries, so it is walked an entry at a time (``_walk``) rather than parsed
+whole: its memory is about twice its size, not ten times (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -25,10 +28,15 @@ import json
 import os
 import re
 import stat
+from _json import scanstring  # the C function json's decoder reads a string with
+from array import array
+from bisect import bisect_left, insort
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import islice
+from json import JSONDecodeError
 from math import inf
-from operator import itemgetter
 from typing import NoReturn
 
 from compat.gate.read.source import RemoteFile
@@ -46,7 +54,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")  # after decoding, only an unpaired e
 _DIGITS = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))  # bytes.translate: each digit a 0, else space
 _HUGE_INTEGER = b"0" * 309  # digits enough to pass the largest float (a regex search costs 50 times more)
 _SPACED_KEY = re.compile(r'"\s+:')
-_OFFSETS = itemgetter(1)  # of a (name, (begin, end)) item
+_WHITESPACE = re.compile(r"[ \t\n\r]*").match  # JSON's whitespace
+_SPACE = frozenset(" \t\n\r")
+NAMES_KEPT = 8
+"""Tensor names a header keeps beyond those asked for: the first in sorted order, to show in a message."""
 
 
 class HeaderError(Exception):
@@ -56,56 +67,54 @@ class HeaderError(Exception):
 @dataclass(frozen=True, slots=True)
 class SafetensorsHeader:
     tensors: dict[str, TensorInfo]
+    """The tensors named in ``read_header``'s ``only`` that the header has; every tensor when ``only`` is None."""
     file_size: int
     spans: dict[str, tuple[int, int]]
-    """Each tensor's ``data_offsets``: bytes ``begin:end`` of the data, which starts at ``data_start``."""
+    """Each of ``tensors``' ``data_offsets``: bytes ``begin:end`` of the data, which starts at ``data_start``."""
     data_start: int
+    count: int = 0
+    """How many tensors the header has (a repeated name once)."""
+    first: tuple[str, ...] = ()
+    """Its first ``NAMES_KEPT`` tensor names in sorted order, to name them in a message."""
 
 
-def read_header(path: str | os.PathLike) -> SafetensorsHeader:
-    """Parse and validate ``path``'s header against its size; raise HeaderError on any inconsistency.
+def read_header(path: str | os.PathLike, only: frozenset[str] | None = None) -> SafetensorsHeader:
+    """Parse and validate ``path``'s header against its size; raise HeaderError on any inconsistency. Of its
+    tensors, those named in ``only`` are kept (all when None); the others are checked, counted and forgotten.
 
-    Linear in the header's size: one C-speed JSON parse, one pass over its entries, one sort by offsets; the
-    stricter reading (``_check_strictly``) only for a header whose text hints at what it checks. A 100 MB header
-    of 1.4 million tensors costs under twice what ``safe_open`` does, in less memory (benchmarks/gate_speed.py);
-    running out of memory on one is said as such. A small header whose bytes (and file size) were parsed
-    before is not parsed again (``_parsed_before``). The header returned is shared: not to be changed."""
-    return _header(_read, path)
+    Linear in the header's size and near its size in memory: the text is walked entry by entry (``_walk``), each
+    entry parsed by the C scanner alone, and what is kept of the others is three integers each (where its name
+    is, where its data begins and ends); one sort by offsets checks the data layout. A 100 MB header of 1.4
+    million tensors costs less time and memory than ``safe_open`` (benchmarks/gate_speed.py); running out of
+    memory on one is said as such. A small header whose bytes (and file size) were parsed before is not parsed
+    again (``_parsed_before``). The header returned is shared: not to be changed."""
+    return _header(_read, path, only)
 
 
-def read_header_at(source: RemoteFile) -> SafetensorsHeader:
+def read_header_at(source: RemoteFile, only: frozenset[str] | None = None) -> SafetensorsHeader:
     """``read_header`` of a file named by URL: its first ``_FIRST_READ`` bytes, then the rest of its header in one
     range (``compat.gate.read.source``)."""
-    return _header(_read_ranges, source)
+    return _header(_read_ranges, source, only)
 
 
-def _header(read, where) -> SafetensorsHeader:
+def _header(read, where, only: frozenset[str] | None) -> SafetensorsHeader:
     length = 0
     try:
         size, raw = read(where)
         length = len(raw)
         if type(raw) is bytes:  # a header read at once: at most _FIRST_READ bytes
-            return _parsed_before(raw, size)
-        return _parsed(raw, size)
+            return _parsed_before(raw, size, only)
+        text, exact = _decoded(raw)
+        del raw  # the bytes go before the walk: a large header is held once, as text
+        return _from_text(text, length, exact, size, only)
     except MemoryError:
         raise HeaderError(f"header{f' of {length} bytes' if length else ''} is too large to read in the memory "
                           "available") from None
 
 
-def _parsed(raw: bytes | bytearray, size: int) -> SafetensorsHeader:
-    enabled = gc.isenabled()
-    gc.disable()  # parsing makes millions of containers and no cycles: the collector's passes would triple the cost
-    try:
-        length = len(raw)
-        document = _parse(raw)
-        del raw
-        tensors, spans = _tensors(document)
-        del document
-        _check_layout(tensors, spans, size - 8 - length, 8 + length)
-    finally:
-        if enabled:
-            gc.enable()
-    return SafetensorsHeader(tensors, size, spans, 8 + length)
+def _parsed(raw: bytes, size: int, only: frozenset[str] | None) -> SafetensorsHeader:
+    text, exact = _decoded(raw)
+    return _from_text(text, len(raw), exact, size, only)
 
 
 _parsed_before = lru_cache(maxsize=4096)(_parsed)
@@ -193,56 +202,231 @@ def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-# Objects are read as dicts, the last of a repeated key winning, which is all a header needs unless it repeats a
-# key: then _check_strictly reads it again as pairs. Reading every integer through _json_int costs a call each,
-# so only headers holding "-0" or a huge integer take it.
+# An entry is read as dicts, which is all it needs unless a key repeats in it or a string holds an escape: then
+# _check_strictly reads it again as pairs. Reading every integer through _json_int costs a call each, so only
+# headers holding "-0" or a huge integer take it.
 _DECODER = json.JSONDecoder(parse_float=_json_float, parse_constant=_no_constant)
 _EXACT_DECODER = json.JSONDecoder(parse_float=_json_float, parse_constant=_no_constant, parse_int=_json_int)
 _PAIRS_DECODER = json.JSONDecoder(object_pairs_hook=tuple, parse_float=_json_float, parse_constant=_no_constant,
                                   parse_int=_json_int)
 
 
-def _parse(raw: bytes | bytearray) -> dict:
-    """The header as JSON; HeaderError where serde_json would not read it into the crate's types.
-
-    Nesting is checked where it can be deep: an entry of the crate's types nests three levels at most, so only
-    what the crate ignores (unknown fields, ``_entry``) or refuses (``_tensors``) is walked for it."""
+def _decoded(raw: bytes | bytearray) -> tuple[str, bool]:
+    """The header as text, and whether it must be read with every integer checked (``_json_int``): only a header
+    holding ``-0`` or an integer of 309 digits (past a float's range) needs that, and checking each costs a call."""
     try:
         text = raw.decode()
-        exact = "-0" in text or (len(raw) >= 309 and _HUGE_INTEGER in raw.translate(_DIGITS))
-        document = (_EXACT_DECODER if exact else _DECODER).decode(text)
     except UnicodeDecodeError as exc:
         raise HeaderError(f"header is not UTF-8: {exc.reason} at byte {8 + exc.start}") from None
-    except RecursionError:
-        raise _too_deep() from None
-    except ValueError as exc:
-        raise HeaderError(f"header (bytes 8..{8 + len(raw)}) is not valid JSON: {exc}") from None
-    if type(document) is not dict:
-        _check_nesting(document)
-        raise HeaderError(f"header is {_show(document)}, not a JSON object")
-    if "\\u" in text or _SPACED_KEY.search(text) or text.count('":') != _keys(document):
-        _check_strictly(text)
-    return document
+    return text, "-0" in text or _huge_integer(raw)
 
 
-def _keys(document: dict) -> int:
-    """Keys in the header and in the objects it holds: fewer than the text has when a key repeats."""
-    count = len(document)
-    for value in document.values():
-        if type(value) is dict:
-            count += len(value)
-    return count
+def _huge_integer(raw: bytes | bytearray) -> bool:
+    """Whether ``raw`` holds a run of 309 digits; looked for a megabyte at a time, so the map of digits is never
+    the header's size."""
+    step, more = 1 << 20, len(_HUGE_INTEGER) - 1
+    return len(raw) > more and any(_HUGE_INTEGER in raw[at:at + step + more].translate(_DIGITS)
+                                   for at in range(0, len(raw) - more, step))
 
 
-def _check_strictly(text: str) -> None:
-    """What serde_json refuses and Python's json reads: deep nesting, unpaired surrogate escapes, and repeated
-    keys where the crate's types allow none."""
+@dataclass(slots=True)
+class _Walked:
+    """What ``_walk`` keeps of a header: the tensors asked for, and of every entry where its name is in the text
+    and its data offsets (three integers in arrays, not objects)."""
+    text: str
+    scan: Callable
+    kept: dict[str, tuple[TensorInfo, tuple[int, int]]]
+    at: array
+    begins: array
+    ends: array
+    names: array
+    """Each entry's name's hash: a repeated name is looked for among equal hashes only."""
+    wrong_size: set[int]
+    """Offsets ``begin << 64 | end`` of entries whose span is not their shape's bytes (reported in layout order)."""
+    first: list[str]
+
+
+def _from_text(text: str, length: int, exact: bool, size: int, only: frozenset[str] | None) -> SafetensorsHeader:
+    enabled = gc.isenabled()
+    gc.disable()  # a large header's entries make millions of objects and no cycles: the collector would only cost
     try:
-        document = _PAIRS_DECODER.decode(text)
-    except RecursionError:  # read once already: only a stack a little fuller fails here
-        raise _too_deep() from None
-    _check_values(document)
-    _check_repeats(document)
+        try:
+            walked = _walk(text, exact, only)
+        except RecursionError:
+            raise _too_deep() from None
+        except ValueError as exc:  # JSONDecodeError, or a number or constant JSON does not have
+            raise HeaderError(f"header (bytes 8..{8 + length}) is not valid JSON: {exc}") from None
+        shadowed = _shadowed(walked)
+        _check_layout(walked, shadowed, size - 8 - length, 8 + length)
+    finally:
+        if enabled:
+            gc.enable()
+    tensors = {name: info for name, (info, _) in walked.kept.items()}
+    spans = {name: span for name, (_, span) in walked.kept.items()}
+    return SafetensorsHeader(tensors, size, spans, 8 + length, len(walked.at) - len(shadowed), tuple(walked.first))
+
+
+def _walk(text: str, exact: bool, only: frozenset[str] | None) -> _Walked:
+    """Each entry of the header object in turn: its name, then its value by the C scanner (``__metadata__`` string
+    by string, ``_walk_metadata``). A JSON error ends the walk at once; the first entry the crate's types refuse
+    is raised after the walk, so an error of JSON anywhere (or nesting deeper than ``MAX_NESTING``) is what a
+    header that has both is refused for, as serde_json, which parses before it reads, refuses it."""
+    decoder = _EXACT_DECODER if exact else _DECODER
+    scan = decoder.raw_decode  # one value at an index, by the C scanner
+    escaped = "\\u" in text
+    spaced = _SPACED_KEY.search(text) is not None
+    walked = _Walked(text, scan, {}, array("q"), array("Q"), array("Q"), array("q"), set(), [])
+    at, begins, ends, hashes, first, kept = walked.at, walked.begins, walked.ends, walked.names, walked.first, \
+        walked.kept
+    refused: HeaderError | None = None
+    deep = metadata = False
+    idx = _skip(text, 0)
+    if text[idx:idx + 1] != "{":
+        _not_an_object(text, decoder)
+    idx = _skip(text, idx + 1)
+    closed = text[idx:idx + 1] == "}"
+    while not closed:
+        if text[idx:idx + 1] != '"':
+            raise JSONDecodeError("Expecting property name enclosed in double quotes", text, idx)
+        where = idx
+        name, idx = scanstring(text, idx + 1, True)
+        idx = _skip(text, idx)
+        if text[idx:idx + 1] != ":":
+            raise JSONDecodeError("Expecting ':' delimiter", text, idx)
+        start = idx = _skip(text, idx + 1)
+        if name == "__metadata__":
+            if metadata and refused is None:
+                refused = HeaderError("'__metadata__' appears twice in the header")
+            metadata = True
+            fault, idx, too_deep = _walk_metadata(text, idx, scan, escaped)
+            deep = deep or too_deep
+        else:
+            value, idx = scan(text, idx)
+            fault = None
+            if refused is None:
+                try:
+                    if (escaped and text.find("\\u", where, idx) >= 0) or (spaced and _SPACED_KEY.search(
+                            text, start, idx)) or text.count('":', start, idx) != _fields(value):
+                        _check_strictly(text, name, start)
+                    info, span = _entry(name, value)
+                except HeaderError as exc:
+                    fault = exc
+                else:
+                    begins.append(span[0])
+                    ends.append(span[1])
+                    at.append(where)
+                    hashes.append(hash(name))
+                    if not _sized(info, span):
+                        walked.wrong_size.add(span[0] << 64 | span[1])
+                    if only is None or name in only:
+                        kept[name] = info, span
+                    if len(first) < NAMES_KEPT or name < first[-1]:
+                        _keep_first(first, name)
+            if fault is not None or refused is not None:  # what the refused entry and those after it hold
+                deep = deep or _deeper(value, 2)
+        refused = refused or fault
+        idx = _skip(text, idx)
+        separator = text[idx:idx + 1]
+        if separator == "}":
+            closed = True
+        elif separator != ",":
+            raise JSONDecodeError("Expecting ',' delimiter", text, idx)
+        else:
+            idx = _skip(text, idx + 1)
+    idx = _skip(text, idx + 1)
+    if idx != len(text):
+        raise JSONDecodeError("Extra data", text, idx)
+    if deep:
+        raise _too_deep()
+    if refused is not None:
+        raise refused
+    return walked
+
+
+def _walk_metadata(text: str, idx: int, scan: Callable, escaped: bool) -> tuple[HeaderError | None, int, bool]:
+    """``__metadata__``'s value at ``idx``, string by string (a million of them are never one dict): what is wrong
+    with it, where it ends, and whether it nests too deep."""
+    if text[idx:idx + 1] != "{":
+        value, end = scan(text, idx)
+        try:
+            _check_metadata(value)
+        except HeaderError as exc:
+            return exc, end, _deeper(value, 2)
+        return None, end, False
+    fault, deep = None, False
+    idx = _skip(text, idx + 1)
+    closed = text[idx:idx + 1] == "}"
+    while not closed:
+        if text[idx:idx + 1] != '"':
+            raise JSONDecodeError("Expecting property name enclosed in double quotes", text, idx)
+        key, idx = scanstring(text, idx + 1, True)
+        idx = _skip(text, idx)
+        if text[idx:idx + 1] != ":":
+            raise JSONDecodeError("Expecting ':' delimiter", text, idx)
+        idx = _skip(text, idx + 1)
+        if text[idx:idx + 1] == '"':
+            value, idx = scanstring(text, idx + 1, True)
+            if escaped and fault is None:
+                fault = _unpaired(key) or _unpaired(value)
+        else:
+            value, idx = scan(text, idx)
+            if fault is None:
+                fault = HeaderError(f"'__metadata__' value {_quote(key)} is {_show(value)}, not a string")
+            deep = deep or _deeper(value, 3)
+        idx = _skip(text, idx)
+        separator = text[idx:idx + 1]
+        if separator == "}":
+            closed = True
+        elif separator != ",":
+            raise JSONDecodeError("Expecting ',' delimiter", text, idx)
+        else:
+            idx = _skip(text, idx + 1)
+    return fault, idx + 1, deep
+
+
+def _skip(text: str, idx: int) -> int:
+    """Past JSON's whitespace at ``idx`` (most often none: a call of the regex only where there is some)."""
+    if text[idx:idx + 1] not in _SPACE:
+        return idx
+    space = _WHITESPACE(text, idx)
+    return space.end() if space else idx
+
+
+def _fields(value: object) -> int:
+    """The keys a value read as dicts shows at its top: as many as ``":`` in its text, unless a key repeats (or
+    is spaced from its colon, or a string holds the pair)."""
+    return len(value) if type(value) is dict else 0
+
+
+def _not_an_object(text: str, decoder: json.JSONDecoder) -> NoReturn:
+    document = decoder.decode(text)
+    _check_nesting(document)
+    raise HeaderError(f"header is {_show(document)}, not a JSON object")
+
+
+def _keep_first(first: list[str], name: str) -> None:
+    if name not in first:
+        insort(first, name)
+        del first[NAMES_KEPT:]
+
+
+def _check_strictly(text: str, name: str, start: int) -> None:
+    """What serde_json refuses and Python's json reads, in the entry ``name`` whose value is at ``start``: unpaired
+    surrogate escapes, deep nesting, a field twice, a dtype object of several keys (read again as pairs)."""
+    if found := _SURROGATE.search(name):
+        raise _surrogate(name, found.group())
+    pairs, _ = _PAIRS_DECODER.raw_decode(text, start)
+    _check_values(pairs, 2)
+    if type(pairs) is tuple:
+        keys = [key for key, _ in pairs]
+        for field in _FIELDS:
+            if keys.count(field) > 1:
+                raise _bad(name, f"'{field}' appears twice")
+        code = dict(pairs).get("dtype")
+    else:
+        code = pairs[0] if type(pairs) is list and pairs else None
+    if type(code) is tuple and len(code) > 1:
+        raise _bad(name, f"dtype is an object of {len(code)} keys, not a string")
 
 
 def _check_nesting(value: object, level: int = 1) -> None:
@@ -259,14 +443,22 @@ def _check_nesting(value: object, level: int = 1) -> None:
         stack.extend((item, level + 1) for item in value if type(item) in (dict, list))
 
 
-def _check_values(document: tuple) -> None:
-    stack: list[tuple[object, int]] = [(document, 1)]
+def _deeper(value: object, level: int) -> bool:
+    try:
+        _check_nesting(value, level)
+    except HeaderError:
+        return True
+    return False
+
+
+def _check_values(value: object, level: int = 1) -> None:
+    """No string with an unpaired surrogate, no nesting past ``MAX_NESTING``, in a value read as pairs."""
+    stack: list[tuple[object, int]] = [(value, level)]
     while stack:
         value, level = stack.pop()
         if type(value) is str:
             if found := _SURROGATE.search(value):
-                raise HeaderError(f"header string {_quote(value)} holds an unpaired UTF-16 surrogate escape "
-                                  f"\\u{ord(found.group()):04x}, which the safetensors library refuses")
+                raise _surrogate(value, found.group())
         elif type(value) is list or type(value) is tuple:
             if level > MAX_NESTING:
                 raise _too_deep()
@@ -274,57 +466,108 @@ def _check_values(document: tuple) -> None:
             stack.extend((item, level + 1) for item in items)
 
 
-def _check_repeats(document: tuple) -> None:
-    """No second ``__metadata__``, no field of a tensor twice, a dtype object of one key; and every entry of a
-    repeated name valid on its own, though only the last counts."""
-    if [key for key, _ in document].count("__metadata__") > 1:
-        raise HeaderError("'__metadata__' appears twice in the header")
-    for name, value in document:
-        if name == "__metadata__":
-            continue
-        if type(value) is tuple:
-            keys = [key for key, _ in value]
-            for field in _FIELDS:
-                if keys.count(field) > 1:
-                    raise _bad(name, f"'{field}' appears twice")
-            code = dict(value).get("dtype")
-        else:
-            code = value[0] if type(value) is list and value else None
-        if type(code) is tuple and len(code) > 1:
-            raise _bad(name, f"dtype is an object of {len(code)} keys, not a string")
-        _entry(name, _as_dicts(value))
+def _surrogate(value: str, found: str) -> HeaderError:
+    return HeaderError(f"header string {_quote(value)} holds an unpaired UTF-16 surrogate escape "
+                       f"\\u{ord(found):04x}, which the safetensors library refuses")
 
 
-def _as_dicts(value: object) -> object:
-    """Pairs back into dicts, the last of a repeated key winning, as ``json.loads`` would have read them."""
-    if type(value) is tuple:
-        return {key: _as_dicts(item) for key, item in value}
-    return [_as_dicts(item) for item in value] if type(value) is list else value
+def _unpaired(value: str) -> HeaderError | None:
+    found = _SURROGATE.search(value)
+    return None if found is None else _surrogate(value, found.group())
+
+
+def _shadowed(walked: _Walked) -> set[int]:
+    """The entries a later entry of the same name replaces (the crate keeps a repeated name's last entry): found
+    among entries of equal name hashes, their names read again from the text."""
+    ordered = sorted(walked.names)
+    repeated = {one for one, other in zip(ordered, islice(ordered, 1, None)) if one == other}
+    del ordered
+    shadowed: set[int] = set()
+    if repeated:
+        last: dict[str, int] = {}
+        for ordinal, key in enumerate(walked.names):
+            if key in repeated:
+                name = _name_at(walked, ordinal)
+                if name in last:
+                    shadowed.add(last[name])
+                last[name] = ordinal
+    walked.names = array("q")
+    return shadowed
+
+
+def _check_layout(walked: _Walked, shadowed: set[int], body: int, data_start: int) -> None:
+    """The crate's order: by offsets, each tensor where the previous ends and of its size; then the file's end.
+    Offsets are sorted as one integer each (``begin << 64 | end``); a tensor is read again from the text only to
+    say what is wrong with it."""
+    pairs = zip(walked.begins, walked.ends)
+    if shadowed:
+        keys = [begin << 64 | stop for ordinal, (begin, stop) in enumerate(pairs) if ordinal not in shadowed]
+    else:
+        keys = [begin << 64 | stop for begin, stop in pairs]
+    keys.sort()
+    end, wrong = 0, walked.wrong_size
+    for position, key in enumerate(keys):
+        begin, stop = key >> 64, key & _U64_MAX
+        if stop < begin or begin != end or (wrong and key in wrong):
+            _check_one(walked, shadowed, keys, position)
+        end = stop
+    if end > body:  # past the body: some tensor ends there
+        last = _name_at(walked, _ordinal(walked, shadowed, keys, len(keys) - 1))
+        raise HeaderError(f"tensor {_quote(last)} ends at byte {data_start + end} but the file has "
+                          f"{data_start + body} bytes: truncated ({end - body} bytes missing)")
+    if end < body:
+        raise HeaderError(f"{body - end} bytes follow the last tensor (ends at byte {data_start + end} of "
+                          f"{data_start + body}): the safetensors library refuses such files")
+
+
+def _check_one(walked: _Walked, shadowed: set[int], keys: list[int], position: int) -> None:
+    """Raise what is wrong with the tensor at ``position`` in offset order, if anything: it ends before it begins,
+    it is not where the previous one ends, or its span is not its shape's bytes."""
+    info, (begin, stop) = _entry_at(walked, _ordinal(walked, shadowed, keys, position))
+    if stop < begin:
+        raise _bad(info.key, f"data_offsets [{begin}, {stop}] end before they begin")
+    end = keys[position - 1] & _U64_MAX if position else 0
+    if begin != end:
+        previous = _name_at(walked, _ordinal(walked, shadowed, keys, position - 1)) if position else None
+        raise _bad(info.key, _misplaced(begin, stop, end, previous))
+    _check_size(info, begin, stop)
+
+
+def _ordinal(walked: _Walked, shadowed: set[int], keys: list[int], position: int) -> int:
+    """Which entry is ``position``-th in offset order: of entries with the same offsets, the sort kept their order
+    in the header."""
+    key = keys[position]
+    run = position - bisect_left(keys, key)
+    begin, stop = key >> 64, key & _U64_MAX
+    for ordinal, span in enumerate(zip(walked.begins, walked.ends)):
+        if span == (begin, stop) and ordinal not in shadowed:
+            if not run:
+                return ordinal
+            run -= 1
+    raise AssertionError(f"no entry at data offsets [{begin}, {stop}]")
+
+
+def _name_at(walked: _Walked, ordinal: int) -> str:
+    return scanstring(walked.text, walked.at[ordinal] + 1, True)[0]
+
+
+def _entry_at(walked: _Walked, ordinal: int) -> tuple[TensorInfo, tuple[int, int]]:
+    text = walked.text
+    name, idx = scanstring(text, walked.at[ordinal] + 1, True)
+    value, _ = walked.scan(text, _skip(text, _skip(text, idx) + 1))
+    return _entry(name, value)
+
+
+def _sized(info: TensorInfo, span: tuple[int, int]) -> bool:
+    """Whether ``span`` holds exactly ``info``'s shape's bytes (``_check_size`` says how not)."""
+    count = _elements(info.shape)
+    return count is not None and count * ITEMSIZE[info.dtype] * 8 <= _U64_MAX and \
+        span[1] - span[0] == count * ITEMSIZE[info.dtype]
 
 
 def _too_deep() -> HeaderError:
     return HeaderError(f"header nests arrays or objects deeper than the {MAX_NESTING} levels the safetensors library "
                        "reads")
-
-
-def _tensors(document: dict) -> tuple[dict[str, TensorInfo], dict[str, tuple[int, int]]]:
-    """Each tensor's info and its ``(begin, end)`` data offsets, by name. Each entry leaves the document once
-    read, so the parsed header and what is made of it never both sit in memory whole. serde_json refuses deep
-    nesting before the crate's types see anything, so an entry refused is reported so only when the header
-    nests no deeper."""
-    tensors, spans = {}, {}
-    for name in list(document):
-        value = document.pop(name)
-        try:
-            if name == "__metadata__":
-                _check_metadata(value)
-            else:
-                tensors[name], spans[name] = _entry(name, value)
-        except HeaderError:
-            _check_nesting(value, 2)
-            _check_nesting(document)
-            raise
-    return tensors, spans
 
 
 def _check_metadata(value: object) -> None:
@@ -376,25 +619,6 @@ def _sizes(name: str, field: str, value: object) -> tuple[int, ...]:
         if type(item) is not int or not 0 <= item <= _U64_MAX:
             raise _bad(name, f"{field}[{i}] is {_show(item)}, not an integer from 0 to 2**64-1")
     return tuple(value)
-
-
-def _check_layout(tensors: dict[str, TensorInfo], spans: dict[str, tuple[int, int]], body: int,
-                  data_start: int) -> None:
-    """The crate's order: by offsets, each tensor where the previous ends and of its size; then the file's end."""
-    end, previous = 0, None
-    for name, (begin, stop) in sorted(spans.items(), key=_OFFSETS):
-        if stop < begin:
-            raise _bad(name, f"data_offsets [{begin}, {stop}] end before they begin")
-        if begin != end:
-            raise _bad(name, _misplaced(begin, stop, end, previous))
-        _check_size(tensors[name], begin, stop)
-        end, previous = stop, name
-    if end > body and previous is not None:  # past the body: some tensor ends there
-        raise HeaderError(f"tensor {_quote(previous)} ends at byte {data_start + end} but the file has "
-                          f"{data_start + body} bytes: truncated ({end - body} bytes missing)")
-    if end < body:
-        raise HeaderError(f"{body - end} bytes follow the last tensor (ends at byte {data_start + end} of "
-                          f"{data_start + body}): the safetensors library refuses such files")
 
 
 def _misplaced(begin: int, stop: int, end: int, previous: str | None) -> str:

@@ -6,11 +6,12 @@ and raised as ``LayoutMismatch`` when nothing can (not a dict, keys of no known 
 
 from __future__ import annotations
 
-import heapq
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
 from compat.gate.read.layouts import Layout, classify
+from compat.gate.read.safetensors_header import SafetensorsHeader
 from compat.gate.read.tensors import TensorInfo
 from compat.gate.read.views import EntryFault, SampleView
 
@@ -43,19 +44,23 @@ def _columns(key: str, dtype: str, shape: tuple[int, int, int]) -> tuple[TensorI
     return tuple([TensorInfo(key, dtype, (shape[0], shape[2]), None, i) for i in range(shape[1])])
 
 
-def names(tensors: dict[str, TensorInfo], shown: int = 8) -> str:
-    """The first ``shown`` tensor names in order, and how many more: a hostile header may name millions."""
-    first = heapq.nsmallest(shown, tensors)
-    more = f" and {len(tensors) - shown} more" if len(tensors) > shown else ""
-    return ", ".join(first) + more
+VLLM_TENSORS = frozenset({"hidden_states", "token_ids"})
+"""The tensors of vLLM's extraction layout: all a safetensors header keeps of its tensors (``read_header``)."""
 
 
-def missing_tensors_sample(file: str, tensors: dict[str, TensorInfo]) -> SampleView:
+def names(first: Iterable[str], count: int) -> str:
+    """``first``, the first tensor names in order, and how many more of ``count``: a header may name millions."""
+    shown = list(first)
+    more = f" and {count - len(shown)} more" if count > len(shown) else ""
+    return ", ".join(shown) + more
+
+
+def missing_tensors_sample(file: str, header: SafetensorsHeader) -> SampleView:
     """A vllm-safetensors file without ``hidden_states`` or ``token_ids``."""
-    hs, ids = tensors.get("hidden_states"), tensors.get("token_ids")
+    hs, ids = header.tensors.get("hidden_states"), header.tensors.get("token_ids")
     missing = [name for name, t in (("hidden_states", hs), ("token_ids", ids)) if t is None]
     fault = EntryFault(", ".join(missing), f"missing tensor(s) {', '.join(missing)}; found "
-                       f"{names(tensors) or 'none'} (vLLM's extraction writes hidden_states "
+                       f"{names(header.first, header.count) or 'none'} (vLLM's extraction writes hidden_states "
                        "[T, n_layers, H] and token_ids [T])")
     return SampleView(file, None, Layout.VLLM_SAFETENSORS, ids, (), faults=(fault,))
 

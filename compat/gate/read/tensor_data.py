@@ -16,6 +16,7 @@ from typing import Any
 from compat.gate.read.files import read_file
 from compat.gate.read.layouts import Layout
 from compat.gate.read.safetensors_header import read_header, read_header_at
+from compat.gate.read.samples import VLLM_TENSORS
 from compat.gate.read.source import RemoteFile, is_url, open_remote
 from compat.gate.read.tensors import ITEMSIZE
 from compat.gate.read.torch_load import open_values
@@ -164,13 +165,13 @@ def _safetensors(path: str) -> Iterator[Any]:
     """Name -> ``FileTensor`` of the safetensors file at ``path``, its header read again (views keep no offsets)."""
     if "://" in path and is_url(path):
         source = open_remote(path)
-        yield _tensors(read_header_at(source), lambda *where: RemoteTensor(source, *where))
+        yield _tensors(read_header_at(source, VLLM_TENSORS), lambda *where: RemoteTensor(source, *where))
         return
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path} is no longer a regular file")
-        yield _tensors(read_header(path), lambda *where: FileTensor(fd, *where))
+        yield _tensors(read_header(path, VLLM_TENSORS), lambda *where: FileTensor(fd, *where))
     finally:
         os.close(fd)
 
