@@ -346,3 +346,42 @@ def test_a_header_read_before_is_checked_against_each_files_size(tmp_path):
             read_header(tmp_path / "short.safetensors")
         with pytest.raises(HeaderError, match="follow the last tensor"):
             read_header(tmp_path / "long.safetensors")
+
+
+def entries(count: int, **changed: str) -> list[str]:
+    """``count`` one-element F32 entries ``t0000000``.. laid end to end, entry names in ``changed`` rewritten."""
+    parts = {f"t{i:07d}": t(f"t{i:07d}", shape="[1]", offsets=f"[{4 * i},{4 * i + 4}]") for i in range(count)}
+    parts.update(changed)
+    return list(parts.values())
+
+
+@pytest.mark.parametrize("count", [3, 20_000])
+def test_a_repeated_name_keeps_its_last_entry_and_counts_once_in_a_header_of_any_size(tmp_path, count):
+    """The walk finds a repeated name among equal name hashes (``_shadowed``): its earlier entry, which overlaps
+    another tensor, leaves the layout; the name counts once, and the library reads the same."""
+    last = count - 1
+    header = obj(t(f"t{last:07d}", shape="[1]", offsets="[0,4]"), *entries(count))
+    path = write(tmp_path / "repeated.safetensors", header, bytes(4 * count))
+    assert_agree(path)
+    read = read_header(path, frozenset({f"t{last:07d}"}))
+    assert read.count == count and read.spans == {f"t{last:07d}": (4 * last, 4 * last + 4)}
+    assert read.first == tuple(f"t{i:07d}" for i in range(min(count, 8)))
+
+
+@pytest.mark.parametrize("count", [3, 20_000])
+def test_a_layout_error_in_a_header_of_any_size_names_its_tensor_and_the_one_before(tmp_path, count):
+    """Tensors are read again from the text only to say what is wrong (``_check_one``): a gap before the last
+    tensor, and a tensor whose offsets repeat another's with a shape of other bytes (sorted after it, as the
+    crate sorts: by offsets, then in the header's order), each named with its neighbour, as in a header of three."""
+    last = count - 1
+    gap = entries(count, **{f"t{last:07d}": t(f"t{last:07d}", shape="[1]", offsets=f"[{4 * last + 4},"
+                                                                              f"{4 * last + 8}]")})
+    path = write(tmp_path / "gap.safetensors", obj(*gap), bytes(4 * count + 4))
+    assert_agree(path)
+    with pytest.raises(HeaderError, match=f"'t{last:07d}': .* gap of 4 bytes after tensor 't{last - 1:07d}'"):
+        read_header(path)
+    twin = entries(count, x=t("x", shape="[2]", offsets=f"[{4 * last},{4 * last + 4}]"))
+    path = write(tmp_path / "twin.safetensors", obj(*twin), bytes(4 * count))
+    assert_agree(path)
+    with pytest.raises(HeaderError, match=f"'x': data_offsets .* overlap tensor 't{last:07d}'"):
+        read_header(path)
