@@ -86,8 +86,9 @@ def read_header(path: str | os.PathLike, only: frozenset[str] | None = None) -> 
     entry parsed by the C scanner alone, and what is kept of the others is three integers each (where its name
     is, where its data begins and ends); one sort by offsets checks the data layout. A 100 MB header of 1.4
     million tensors costs about twice the time ``safe_open`` takes, in a fifth of its memory
-    (benchmarks/gate_speed.py); running out of memory on one is said as such. A small header whose bytes (and file size) were parsed before is not parsed
-    again (``_parsed_before``). The header returned is shared: not to be changed."""
+    (benchmarks/gate_speed.py); running out of memory on one is said as such. A small header whose bytes (and
+    file size) were parsed before is not parsed again (``_parsed_before``). The header returned is shared: not to
+    be changed."""
     return _header(_read, path, only)
 
 
@@ -290,10 +291,14 @@ def _walk(text: str, exact: bool, only: frozenset[str] | None) -> _Walked:
             raise JSONDecodeError("Expecting property name enclosed in double quotes", text, idx)
         where = idx
         name, idx = scanstring(text, idx + 1, True)
-        idx = _skip(text, idx)
-        if text[idx:idx + 1] != ":":
-            raise JSONDecodeError("Expecting ':' delimiter", text, idx)
-        start = idx = _skip(text, idx + 1)
+        if text[idx:idx + 1] != ":":  # the walk's whitespace is skipped inline: most headers have none
+            idx = _skip(text, idx)
+            if text[idx:idx + 1] != ":":
+                raise JSONDecodeError("Expecting ':' delimiter", text, idx)
+        idx += 1
+        if text[idx:idx + 1] in _SPACE:
+            idx = _skip(text, idx)
+        start = idx
         if name == "__metadata__":
             if metadata and refused is None:
                 refused = HeaderError("'__metadata__' appears twice in the header")
@@ -304,11 +309,13 @@ def _walk(text: str, exact: bool, only: frozenset[str] | None) -> _Walked:
             value, idx = scan(text, idx)
             fault = None
             if refused is None:
-                try:
+                try:  # a dict shows as many keys as its text has '":', unless a key repeats, is spaced from its
+                    # colon, or a string holds the pair: then it is read again as pairs
+                    keys = len(value) if type(value) is dict else 0
                     if (escaped and text.find("\\u", where, idx) >= 0) or (spaced and _SPACED_KEY.search(
-                            text, start, idx)) or text.count('":', start, idx) != _fields(value):
+                            text, start, idx)) or text.count('":', start, idx) != keys:
                         _check_strictly(text, name, start)
-                    info, span = _entry(name, value)
+                    dtype, dims, span = _read_entry(name, value)
                 except HeaderError as exc:
                     fault = exc
                 else:
@@ -316,23 +323,27 @@ def _walk(text: str, exact: bool, only: frozenset[str] | None) -> _Walked:
                     ends.append(span[1])
                     at.append(where)
                     hashes.append(hash(name))
-                    if not _sized(info, span):
+                    if not _sized(dtype, dims, span):
                         walked.wrong_size.add(span[0] << 64 | span[1])
                     if only is None or name in only:
-                        kept[name] = info, span
+                        kept[name] = TensorInfo(name, dtype, dims), span
                     if len(first) < NAMES_KEPT or name < first[-1]:
                         _keep_first(first, name)
             if fault is not None or refused is not None:  # what the refused entry and those after it hold
                 deep = deep or _deeper(value, 2)
         refused = refused or fault
-        idx = _skip(text, idx)
         separator = text[idx:idx + 1]
-        if separator == "}":
+        if separator in _SPACE:
+            idx = _skip(text, idx)
+            separator = text[idx:idx + 1]
+        if separator == ",":
+            idx += 1
+            if text[idx:idx + 1] in _SPACE:
+                idx = _skip(text, idx)
+        elif separator == "}":
             closed = True
-        elif separator != ",":
-            raise JSONDecodeError("Expecting ',' delimiter", text, idx)
         else:
-            idx = _skip(text, idx + 1)
+            raise JSONDecodeError("Expecting ',' delimiter", text, idx)
     idx = _skip(text, idx + 1)
     if idx != len(text):
         raise JSONDecodeError("Extra data", text, idx)
@@ -390,12 +401,6 @@ def _skip(text: str, idx: int) -> int:
         return idx
     space = _WHITESPACE(text, idx)
     return space.end() if space else idx
-
-
-def _fields(value: object) -> int:
-    """The keys a value read as dicts shows at its top: as many as ``":`` in its text, unless a key repeats (or
-    is spaced from its colon, or a string holds the pair)."""
-    return len(value) if type(value) is dict else 0
 
 
 def _not_an_object(text: str, decoder: json.JSONDecoder) -> NoReturn:
@@ -558,11 +563,11 @@ def _entry_at(walked: _Walked, ordinal: int) -> tuple[TensorInfo, tuple[int, int
     return _entry(name, value)
 
 
-def _sized(info: TensorInfo, span: tuple[int, int]) -> bool:
-    """Whether ``span`` holds exactly ``info``'s shape's bytes (``_check_size`` says how not)."""
-    count = _elements(info.shape)
-    return count is not None and count * ITEMSIZE[info.dtype] * 8 <= _U64_MAX and \
-        span[1] - span[0] == count * ITEMSIZE[info.dtype]
+def _sized(dtype: str, dims: tuple[int, ...], span: tuple[int, int]) -> bool:
+    """Whether ``span`` holds exactly the bytes of a ``dims`` tensor of ``dtype`` (``_check_size`` says how not)."""
+    count = _elements(dims)
+    need = None if count is None else count * ITEMSIZE[dtype]
+    return need is not None and need * 8 <= _U64_MAX and span[1] - span[0] == need
 
 
 def _too_deep() -> HeaderError:
@@ -582,6 +587,13 @@ def _check_metadata(value: object) -> None:
 
 def _entry(name: str, value: object) -> tuple[TensorInfo, tuple[int, int]]:
     """One tensor's entry as the crate's TensorInfo reads it: an object (unknown fields ignored) or an array."""
+    dtype, dims, span = _read_entry(name, value)
+    return TensorInfo(name, dtype, dims), span
+
+
+def _read_entry(name: str, value: object) -> tuple[str, tuple[int, ...], tuple[int, int]]:
+    """``_entry``'s dtype, shape and data offsets, no TensorInfo made: most entries of a large header are checked
+    and forgotten."""
     if type(value) is dict:
         try:
             code, shape, offsets = value["dtype"], value["shape"], value["data_offsets"]
@@ -594,10 +606,14 @@ def _entry(name: str, value: object) -> tuple[TensorInfo, tuple[int, int]]:
     else:
         kind = f"an array of {len(value)}" if type(value) is list else _show(value)
         raise _bad(name, f"entry is {kind}, neither an object of dtype, shape and data_offsets nor an array of 3")
-    dtype, dims, span = _dtype(name, code), _sizes(name, "shape", shape), _sizes(name, "data_offsets", offsets)
+    dtype = SAFETENSORS_DTYPES.get(code) if type(code) is str else None
+    if dtype is None:
+        dtype = _dtype(name, code)
+    dims, span = _sizes(name, "shape", shape), _sizes(name, "data_offsets", offsets)
     if len(span) != 2:
         raise _bad(name, f"data_offsets is an array of {len(span)}, not [begin, end]")
-    return TensorInfo(name, dtype, dims), span
+    begin, end = span
+    return dtype, dims, (begin, end)
 
 
 def _dtype(name: str, code: object) -> str:
@@ -613,12 +629,16 @@ def _dtype(name: str, code: object) -> str:
 
 def _sizes(name: str, field: str, value: object) -> tuple[int, ...]:
     """``value`` as unsigned 64-bit integers (Rust's ``usize``), as the crate reads a shape or offsets."""
-    if type(value) is not list:
-        raise _bad(name, f"{field} is {_show(value)}, not an array")
-    for i, item in enumerate(value):
-        if type(item) is not int or not 0 <= item <= _U64_MAX:
-            raise _bad(name, f"{field}[{i}] is {_show(item)}, not an integer from 0 to 2**64-1")
-    return tuple(value)
+    if type(value) is list:
+        for item in value:
+            if type(item) is not int or item < 0 or item > _U64_MAX:
+                break
+        else:
+            return tuple(value)
+        for i, item in enumerate(value):
+            if type(item) is not int or not 0 <= item <= _U64_MAX:
+                raise _bad(name, f"{field}[{i}] is {_show(item)}, not an integer from 0 to 2**64-1")
+    raise _bad(name, f"{field} is {_show(value)}, not an array")
 
 
 def _misplaced(begin: int, stop: int, end: int, previous: str | None) -> str:
