@@ -233,14 +233,14 @@ def _huge_integer(raw: bytes | bytearray) -> bool:
 @dataclass(slots=True)
 class _Walked:
     """What ``_walk`` keeps of a header: the tensors asked for, and of every entry where its name is in the text
-    and its data offsets (three integers in arrays, not objects)."""
+    and its data offsets (three integers in arrays, not objects), and its name's hash until repeats are found."""
     text: str
     scan: Callable
     kept: dict[str, tuple[TensorInfo, tuple[int, int]]]
     at: array
     begins: array
     ends: array
-    names: array
+    hashes: array
     """Each entry's name's hash: a repeated name is looked for among equal hashes only."""
     wrong_size: set[int]
     """Offsets ``begin << 64 | end`` of entries whose span is not their shape's bytes (reported in layout order)."""
@@ -277,7 +277,7 @@ def _walk(text: str, exact: bool, only: frozenset[str] | None) -> _Walked:
     escaped = "\\u" in text
     spaced = _SPACED_KEY.search(text) is not None
     walked = _Walked(text, scan, {}, array("q"), array("Q"), array("Q"), array("q"), set(), [])
-    at, begins, ends, hashes, first, kept = walked.at, walked.begins, walked.ends, walked.names, walked.first, \
+    at, begins, ends, hashes, first, kept = walked.at, walked.begins, walked.ends, walked.hashes, walked.first, \
         walked.kept
     refused: HeaderError | None = None
     deep = metadata = False
@@ -484,19 +484,19 @@ def _unpaired(value: str) -> HeaderError | None:
 def _shadowed(walked: _Walked) -> set[int]:
     """The entries a later entry of the same name replaces (the crate keeps a repeated name's last entry): found
     among entries of equal name hashes, their names read again from the text."""
-    ordered = sorted(walked.names)
+    ordered = sorted(walked.hashes)
     repeated = {one for one, other in zip(ordered, islice(ordered, 1, None)) if one == other}
     del ordered
     shadowed: set[int] = set()
     if repeated:
         last: dict[str, int] = {}
-        for ordinal, key in enumerate(walked.names):
+        for ordinal, key in enumerate(walked.hashes):
             if key in repeated:
                 name = _name_at(walked, ordinal)
                 if name in last:
                     shadowed.add(last[name])
                 last[name] = ordinal
-    walked.names = array("q")
+    walked.hashes = array("q")
     return shadowed
 
 
