@@ -404,9 +404,33 @@ def _skip(text: str, idx: int) -> int:
 
 
 def _not_an_object(text: str, decoder: json.JSONDecoder) -> NoReturn:
-    document = decoder.decode(text)
-    _check_nesting(document)
-    raise HeaderError(f"header is {_show(document)}, not a JSON object")
+    """Refuse a header that is JSON but no object, or not JSON; an array is read element by element, as the
+    object is, so a large one is never held whole."""
+    idx = _skip(text, 0)
+    if text[idx:idx + 1] != "[":
+        document = decoder.decode(text)
+        _check_nesting(document)
+        raise HeaderError(f"header is {_show(document)}, not a JSON object")
+    deep = False
+    idx = _skip(text, idx + 1)
+    closed = text[idx:idx + 1] == "]"
+    while not closed:
+        value, idx = decoder.raw_decode(text, idx)
+        deep = deep or _deeper(value, 2)
+        idx = _skip(text, idx)
+        separator = text[idx:idx + 1]
+        if separator == "]":
+            closed = True
+        elif separator != ",":
+            raise JSONDecodeError("Expecting ',' delimiter", text, idx)
+        else:
+            idx = _skip(text, idx + 1)
+    idx = _skip(text, idx + 1)
+    if idx != len(text):
+        raise JSONDecodeError("Extra data", text, idx)
+    if deep:
+        raise _too_deep()
+    raise HeaderError("header is an array, not a JSON object")
 
 
 def _keep_first(first: list[str], name: str) -> None:
