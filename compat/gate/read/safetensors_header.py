@@ -384,15 +384,20 @@ def _walk_metadata(text: str, idx: int, scan: Callable, escaped: bool) -> tuple[
             if fault is None:
                 fault = HeaderError(f"'__metadata__' value {_quote(key)} is {_show(value)}, not a string")
             deep = deep or _deeper(value, 3)
-        idx = _skip(text, idx)
-        separator = text[idx:idx + 1]
-        if separator == "}":
-            closed = True
-        elif separator != ",":
-            raise JSONDecodeError("Expecting ',' delimiter", text, idx)
-        else:
-            idx = _skip(text, idx + 1)
+        idx, closed = _next_item(text, idx, "}")
     return fault, idx + 1, deep
+
+
+def _next_item(text: str, idx: int, close: str) -> tuple[int, bool]:
+    """After an item of an array or object: where the next item begins, or where ``close`` ends the container
+    (and True)."""
+    idx = _skip(text, idx)
+    separator = text[idx:idx + 1]
+    if separator == close:
+        return idx, True
+    if separator != ",":
+        raise JSONDecodeError("Expecting ',' delimiter", text, idx)
+    return _skip(text, idx + 1), False
 
 
 def _skip(text: str, idx: int) -> int:
@@ -417,14 +422,7 @@ def _not_an_object(text: str, decoder: json.JSONDecoder) -> NoReturn:
     while not closed:
         value, idx = decoder.raw_decode(text, idx)
         deep = deep or _deeper(value, 2)
-        idx = _skip(text, idx)
-        separator = text[idx:idx + 1]
-        if separator == "]":
-            closed = True
-        elif separator != ",":
-            raise JSONDecodeError("Expecting ',' delimiter", text, idx)
-        else:
-            idx = _skip(text, idx + 1)
+        idx, closed = _next_item(text, idx, "]")
     idx = _skip(text, idx + 1)
     if idx != len(text):
         raise JSONDecodeError("Extra data", text, idx)
