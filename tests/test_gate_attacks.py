@@ -316,14 +316,14 @@ def test_reads_are_bounded_even_within_one_row(tmp_path, monkeypatch):
     path = write_vllm(tmp_path / "wide.safetensors", torch.arange(5), x)
     whole = value_stats.scan_file(read_file(str(path)), False)
     sizes = []
-    original = SampleTensors.part
+    original = SampleTensors.part_array
 
     def spy(self, *args):
         out = original(self, *args)
-        sizes.append(out.numel() * out.element_size())
+        sizes.append(out.nbytes)
         return out
 
-    monkeypatch.setattr(SampleTensors, "part", spy)
+    monkeypatch.setattr(SampleTensors, "part_array", spy)
     monkeypatch.setattr(value_stats, "CHUNK_BYTES", 1024)
     parts = value_stats.scan_file(read_file(str(path)), False)
     assert max(sizes) <= 1024 and len(sizes) >= 5 * 3 * 16

@@ -139,9 +139,9 @@ def large_samples(directory: Path, tokens: int) -> int:
 
 
 def test_values_of_samples_larger_than_the_address_space_left_are_read_one_chunk_at_a_time(tmp_path):
-    """The cap is what the gate needs for two samples of one chunk each (torch alone maps some 650 MiB), plus 64
-    MiB: samples of 192 MiB cannot be mapped under it, as ``torch.load(mmap=True)`` and ``safe_open`` map them
-    (and then read them whole, when mapping fails); read one chunk at a time, every value is."""
+    """The cap is what the gate needs for two samples of one chunk each, plus 64 MiB: samples of 192 MiB cannot
+    be mapped under it, as ``torch.load(mmap=True)`` and ``safe_open`` map them (and then read them whole, when
+    mapping fails); read one chunk at a time, every value is."""
     flags = ("--values", "--ignore", "hidden_size", "--ignore", "layer_count")
     small_bytes = large_samples(tmp_path / "small", 1024)
     small = run_capped(tmp_path / "small", *flags)

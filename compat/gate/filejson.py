@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import numpy as np
+
 from compat.gate.filestep import FileResult
 from compat.gate.read.layouts import Layout
 from compat.gate.read.tensors import TensorInfo
@@ -82,7 +84,7 @@ def _layer(s: LayerStats) -> dict[str, Any]:
 
 
 def _prefix(p: Prefix) -> dict[str, Any]:
-    rows = p.rows.contiguous().numpy().astype("<f4")
+    rows = np.asarray(p.rows, dtype="<f4")
     return {"ids": list(p.ids), "shape": list(rows.shape), "f32": base64.b64encode(rows.tobytes()).decode("ascii")}
 
 
@@ -190,12 +192,9 @@ def _decode_layer(d: dict[str, Any]) -> LayerStats:
 
 
 def _decode_prefix(d: dict[str, Any]) -> Prefix:
-    import numpy as np
-    import torch
-
     shape = tuple(map(_int, d["shape"]))
     rows = np.frombuffer(base64.b64decode(_str(d["f32"]), validate=True), dtype="<f4")
-    return Prefix(tuple(map(_int, d["ids"])), torch.from_numpy(rows.astype(np.float32).reshape(shape)))
+    return Prefix(tuple(map(_int, d["ids"])), rows.astype(np.float32).reshape(shape))
 
 
 def _decode_sample_values(d: dict[str, Any], samples: tuple[SampleView, ...]) -> SampleValues:

@@ -8,8 +8,7 @@ were read.
 Batches amortise what a worker costs per task (a tiny file is read in 20 to 90 µs): a batch closes at
 ``MAX_BATCH_FILES`` files or, where file sizes are known (``--values``, ``--state``), ``MAX_BATCH_BYTES``, and a
 run is cut into at least eight batches per worker so the workers finish together. Workers are started only as far
-as the work repays their start (``WORKER_START_SECONDS`` each, and torch's import with ``--values``, against
-the reading ``_estimate`` expects): a small run
+as the work repays their start (``WORKER_START_SECONDS`` each) against the reading ``_estimate`` expects: a small run
 reads in this process whatever ``--jobs`` says. ``--ray`` sends every run to its cluster, cut for the cluster's
 CPUs (the user chose the cluster; its workers are started already).
 """
@@ -32,9 +31,8 @@ Progress = Callable[[int, int], None]
 MAX_BATCH_FILES = 128
 MAX_BATCH_BYTES = 64 << 20
 WORKER_START_SECONDS = 0.5
-"""About what starting a worker costs (a new interpreter importing the gate), ``TORCH_START_SECONDS`` more with
-``--values`` (torch's import: 1.5 to 4 s on a loaded 2-core machine)."""
-TORCH_START_SECONDS = 3.0
+"""About what starting a worker costs (a new interpreter importing the gate and numpy; ``--values`` imports torch
+only for a file torch.load must read)."""
 _SAFETENSORS_SECONDS = 25e-6
 _TORCH_SECONDS = 60e-6
 """What reading a tiny file's header costs in one process: a safetensors header (12 µs where headers repeat, as a
@@ -46,7 +44,8 @@ a .pt one whose views it shares with the batch's other files of its token count,
 ``compat.gate.read.files``) and running the workers beside it: workers save only the difference, so on a few
 cores tiny safetensors files stay in-process (50,000 of them: 2.1 s in one process, 2.3 s with two workers on 2
 cores) and tiny .pt files go to workers (50,000: 2.5-2.7 s in one process, 2.0-2.6 s with two)."""
-_VALUES_SECONDS = 1e-3
+_VALUES_SECONDS = 200e-6
+"""What ``--values`` adds per tiny file in one process (its statistics in numpy: 200-240 µs, 2026-12-07)."""
 _VALUES_BYTES_PER_SECOND = 300e6
 
 
@@ -144,7 +143,7 @@ def _estimate(todo: list[int], files: list[str], sizes: list[int] | None, hints:
 def _workers(jobs: int, todo: list[int], files: list[str], sizes: list[int] | None, hints: ReadHints) -> int:
     if jobs <= 1 or len(todo) < 2:
         return 1
-    start = WORKER_START_SECONDS + (TORCH_START_SECONDS if hints.values and WORKER_START_SECONDS > 0 else 0.0)
+    start = WORKER_START_SECONDS
     repaid = int(_estimate(todo, files, sizes, hints) / start) if start > 0 else jobs
     return max(1, min(jobs, len(todo), repaid))
 

@@ -19,6 +19,7 @@ opens data files read-only and never modifies, moves or deletes them.
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import time
 from collections import Counter
@@ -259,10 +260,11 @@ def _run_gate(options: GateOptions, progress: Progress | None) -> GateResult:
     unknown = sorted(set(options.ignore) - set(RULES))
     if unknown:
         raise CompatError(f"--ignore {', '.join(unknown)}: no such rule (see --list-rules)")
-    if _measures_values(options):
-        # --values reads tensors with torch: where it is missing the run stops saying what to install
-        # (compat.cli), rather than calling every file broken.
-        import torch  # noqa: F401
+    if _measures_values(options) and importlib.util.find_spec("torch") is None:
+        # torch reads what the gate's own readers do not (torch.load's fallback) and runs the reference: where it
+        # is missing the run stops saying what to install (compat.cli), rather than calling files broken. Found,
+        # not imported: --values computes in numpy, and the import costs seconds.
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
     started = time.perf_counter()
     forget_headers()  # a run costs what its own files do, whatever ran before it in this process
     configure_storage(dict(options.storage_options))  # for the URLs' filesystems, wherever they are read

@@ -2,7 +2,7 @@
 
 A state file is JSON lines, appended to and flushed after every batch. The first line says what wrote it::
 
-    {"format": "compat.gate.state/2", "generated_by": "compat X.Y.Z", "hints": ReadHints.as_dict()}
+    {"format": "compat.gate.state/3", "generated_by": "compat X.Y.Z", "hints": ReadHints.as_dict()}
 
 and every other line is one checked file::
 
@@ -36,9 +36,11 @@ from compat.gate.filestep import FileResult, ReadHints
 from compat.gate.read import metadata
 from compat.gate.read.source import is_url
 
-FORMAT = "compat.gate.state/2"
+FORMAT = "compat.gate.state/3"
 """``/2``: a layer's rows too small for any state (``tiny_rows``, ``first_tiny``) are recorded. A record leaves out
-what is 0, so a ``/1`` record cannot say whether a layer had none: a ``/1`` file is refused, not read as none."""
+what is 0, so a ``/1`` record cannot say whether a layer had none: a ``/1`` file is refused, not read as none.
+``/3``: rows wider than ``value_stats.PROJECTED`` are projected by numpy's generator, not torch's: a ``/2`` file's
+prefix rows cannot be compared with a new run's, so it is refused."""
 
 Stamp = tuple[int, int, str | None]
 """What says a file is unchanged: size, modification time in nanoseconds (0 where an ETag stands for it), ETag

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import numpy as np
+
+from compat.gate.read.arrays import floats, values
 from compat.gate.read.files import STORAGE_FIX
 from compat.gate.read.source import StorageError
 from compat.gate.read.tensor_data import SampleTensors, open_file
@@ -87,34 +90,27 @@ Johnson-Lindenstrauss lemma), so a sample costs ``PREFIX_ROWS * layers * 64`` fl
 
 @dataclass(frozen=True)
 class Prefix:
-    """A sample's first rows: their token ids and every layer's rows, ``[rows, layers, PROJECTED]`` float32 (the
-    rows themselves when the hidden size is at most ``PROJECTED``)."""
+    """A sample's first rows: their token ids and every layer's rows, a float32 array ``[rows, layers, PROJECTED]``
+    (the rows themselves when the hidden size is at most ``PROJECTED``)."""
 
     ids: tuple[int, ...]
-    rows: Any
+    rows: np.ndarray
 
     def __reduce__(self):
-        """Pickled as the rows' float32 bytes: a worker's results cross a pipe, and torch's own pickling of a
-        small tensor (its storage, its rebuild) cost the gate's process 180 µs a file, ten times the rest."""
-        rows = self.rows.detach().cpu().float().contiguous()
-        return _prefix, (self.ids, rows.numpy().tobytes(), tuple(rows.shape))
+        """Pickled as the rows' float32 bytes (a worker's results cross a pipe; an array's own pickling costs more)."""
+        return _prefix, (self.ids, self.rows.astype(np.float32).tobytes(), self.rows.shape)
 
 
 def _prefix(ids: tuple[int, ...], data: bytes, shape: tuple[int, ...]) -> Prefix:
-    import torch
-
-    return Prefix(ids, torch.frombuffer(bytearray(data), dtype=torch.float32).view(shape))
+    return Prefix(ids, np.frombuffer(bytearray(data), dtype=np.float32).reshape(shape))
 
 
 @cache
-def _projection(hidden: int):
+def _projection(hidden: int) -> np.ndarray | None:
     """The same random projection for every sample of one hidden size (seeded by it)."""
-    import torch
-
     if hidden <= PROJECTED:
         return None
-    g = torch.Generator().manual_seed(hidden)
-    return torch.randn(hidden, PROJECTED, generator=g) / PROJECTED ** 0.5
+    return np.random.default_rng(hidden).standard_normal((hidden, PROJECTED), dtype=np.float32) / PROJECTED ** 0.5
 
 
 @dataclass(frozen=True)
@@ -176,89 +172,99 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     """One sound sample's statistics, read in parts of at most ``CHUNK_BYTES``; linear in its size whatever
     its shape: identical layers are found by a digest of each layer's per-token sums of squares (equal layers
     have equal sums), and only layers whose digests agree are compared byte for byte (``_identical``)."""
-    import torch
-
     view = st.view
-    n, (tokens, hidden) = len(view.layers), view.layers[0].shape
+    n, (tokens, hidden), dtype = len(view.layers), view.layers[0].shape, view.layers[0].dtype
     stats = [LayerStats(rows=tokens) for _ in range(n)]
     rms_parts = []  # [rows, n] per row range
     digests = [hashlib.blake2b(digest_size=16) for _ in range(n)]  # of the per-token sums of squares
     itemsize = max(1, view.layers[0].nbytes // max(1, tokens * hidden))
     plan = _Plan.of(n, hidden, itemsize)
-    ids = st.token_ids()
+    ids = values(st.token_ids_array(), view.token_ids.dtype if view.token_ids is not None else "int64")
     # Token t's row may equal token t-1's only where the tokens are the same (their embeddings are).
-    new_token = torch.zeros(tokens, dtype=torch.bool)
-    if ids.numel() == tokens:  # otherwise seq_len's finding: rows and ids cannot be paired
+    new_token = np.zeros(tokens, dtype=bool)
+    if ids.size == tokens:  # otherwise seq_len's finding: rows and ids cannot be paired
         new_token[1:] = ids[1:] != ids[:-1]
     last_rows: dict[int, Any] = {}  # per first layer of a part: the part's last row, for the next part's first
     read = 0
     prefix = _Prefix(ids, n, hidden)
     folded = plan.rows >= prefix.count  # the first part holds the first rows: no second read for them
-    # Per part, a few tensor operations over all its layers (not per layer, not per statistic) keep small files
+    # Per part, a few array operations over all its layers (not per layer, not per statistic) keep small files
     # cheap and large ones near memory speed; NaN and Inf propagate into the sum of squares, so the exact scans
     # run only on parts where it points at them.
     for start in range(0, tokens, plan.rows):
         stop = min(tokens, start + plan.rows)
-        squares = torch.zeros(stop - start, n)
-        zero = torch.ones(stop - start, n, dtype=torch.bool)
+        squares = np.zeros((stop - start, n), dtype=np.float32)
+        zero = np.ones((stop - start, n), dtype=bool)
         for lo in range(0, n, plan.layers):
             hi = min(n, lo + plan.layers)
             for c0 in range(0, hidden, plan.columns):
-                x = st.part(start, stop, lo, hi, c0, min(hidden, c0 + plan.columns))
-                read += x.numel() * x.element_size()
+                x = st.part_array(start, stop, lo, hi, c0, min(hidden, c0 + plan.columns))
+                read += x.nbytes
+                xf = floats(x, dtype)
                 if folded and start == 0:
-                    prefix.add(x[:prefix.count], 0, lo, c0)
-                sums, is_zero = _measure(x, start, lo, stats, squares, zero)
+                    prefix.add(xf[:prefix.count], 0, lo, c0)
+                sums, is_zero = _measure(xf, start, lo, stats, squares, zero)
                 if plan.columns == hidden:  # whole rows: compare each with the one before
-                    _repeated(x, sums, start, lo, stats, new_token[start:stop] & ~is_zero.T, last_rows)
-        by_layer = squares.T.contiguous().numpy()
+                    exact = x if x.dtype.kind == "f" else xf  # bfloat16 and float8 are exact in float32
+                    _repeated(exact, sums, start, lo, stats, new_token[start:stop] & ~is_zero.T, last_rows)
+                    del exact
+                del x, xf  # before the next part is read: a part's arrays are the scan's memory
+        by_layer = np.ascontiguousarray(squares.T)
         for i in range(n):
             digests[i].update(by_layer[i])
-        rms_parts.append((squares / hidden).sqrt_())
-        counts = zero.sum(dim=0).tolist()
+        rms_parts.append(np.sqrt(squares / hidden))
+        counts = zero.sum(axis=0).tolist()
         tiny = (squares == 0) & ~zero
-        tiny_counts = tiny.sum(dim=0).tolist()
+        tiny_counts = tiny.sum(axis=0).tolist()
         for i in range(n):
             s = stats[i]
             if counts[i]:
                 if s.first_zero is None:
-                    s.first_zero = start + int(zero[:, i].nonzero()[0, 0])
+                    s.first_zero = start + int(np.flatnonzero(zero[:, i])[0])
                 s.zero_rows += counts[i]
             if tiny_counts[i]:
                 if s.first_tiny is None:
-                    s.first_tiny = start + int(tiny[:, i].nonzero()[0, 0])
+                    s.first_tiny = start + int(np.flatnonzero(tiny[:, i])[0])
                 s.tiny_rows += tiny_counts[i]
-    medians = torch.cat(rms_parts)
-    for s, median in zip(stats, medians.nanmedian(dim=0).values.tolist()):
+    medians = np.concatenate(rms_parts)
+    for s, median in zip(stats, _lower_nanmedian(medians)):
         s.median_rms = median
     if tokens > 1:
-        _by_position(medians[1:].clamp_min(1e-30).log(), stats)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            _by_position(np.log(np.maximum(medians[1:], np.float32(1e-30))), stats)
     groups: dict[bytes, list[int]] = {}
     for i, digest in enumerate(digests):
         groups.setdefault(digest.digest(), []).append(i)
     identical = tuple(g for candidates in groups.values() if len(candidates) > 1
                       for g in _identical(st, candidates, tokens, hidden, itemsize))
-    id_range = (int(ids.min()), int(ids.max())) if token_range and ids.numel() else None
-    mask = st.loss_mask()
+    id_range = (int(ids.min()), int(ids.max())) if token_range and ids.size else None
+    mask = st.loss_mask_array()
     odd: tuple = ()
     all_zero = None
-    if mask is not None and mask.numel():
+    if mask is not None and mask.size:
+        mask = values(mask, view.loss_mask.dtype if view.loss_mask is not None else "bool")
         all_zero = not bool(mask.any())
-        if bool(((mask != 0) & (mask != 1)).any()):  # unique() costs 20 times more
-            odd = tuple(sorted(set(mask.unique().tolist()) - {0, 1}))  # bools compare equal to 0 and 1
+        if bool(((mask != 0) & (mask != 1)).any()):
+            odd = tuple(sorted(set(np.unique(mask).tolist()) - {0, 1}))  # bools compare equal to 0 and 1
     if not folded:
-        prefix.read(st, plan)
+        prefix.read(st, plan, dtype)
     return SampleValues(view, tuple(stats), identical, id_range, odd, all_zero, read, prefix.made())
 
 
-def _by_position(logs, stats: list[LayerStats]) -> None:
+def _lower_nanmedian(a: np.ndarray) -> list[float]:
+    """Per column, the lower median of the values that are not NaN (NaN where none is): torch's ``nanmedian``."""
+    ordered = np.sort(a, axis=0)  # NaN last
+    counts = (~np.isnan(a)).sum(axis=0)
+    picked = ordered[np.maximum(counts - 1, 0) // 2, np.arange(a.shape[1])]
+    return np.where(counts > 0, picked, np.nan).tolist()
+
+
+def _by_position(logs: np.ndarray, stats: list[LayerStats]) -> None:
     """Each layer's mean log RMS per band of positions (1, 2-3, 4-7, ...; ``logs`` starts at position 1), and
     the spread of the tokens around their band's mean (1.2533 x the mean absolute deviation: the standard
     deviation, for a normal spread). The bands are contiguous runs of rows, so one ``reduceat`` sums them all
     (a median per band would cost a call per band); a non-finite row is the finite rule's finding, left out."""
-    import numpy as np
-
-    x = logs.numpy()
+    x = logs
     rows = x.shape[0]
     starts = [0]
     while 2 * starts[-1] + 1 < rows:
@@ -278,52 +284,50 @@ def _by_position(logs, stats: list[LayerStats]) -> None:
         s.spread = spreads[i]
 
 
-def _repeated(x, sums, start: int, lo: int, stats: list[LayerStats], judged, last_rows: dict) -> None:
+def _repeated(x: np.ndarray, sums: np.ndarray, start: int, lo: int, stats: list[LayerStats], judged: np.ndarray,
+              last_rows: dict) -> None:
     """Count the rows of part ``x`` (whole rows of layers ``lo..``, their sums of squares ``sums``) equal to the
     row before them although their token differs from the one before (``judged``: ``[layers, rows]``, the rows to
-    judge; rows of zeros are zero_rows'). Equal rows have equal sums: only rows whose sum repeats are compared."""
-    import torch
-
-    first = start
-    if lo in last_rows:  # the previous part's last row comes first
-        row, total = last_rows[lo]
-        x, sums, first = torch.cat([row[None], x]), torch.cat([total[None], sums]), start - 1
-        judged = torch.cat([torch.zeros(judged.shape[0], 1, dtype=torch.bool), judged], dim=1)
-    last_rows[lo] = (x[-1].clone(), sums[-1].clone())
-    same = torch.zeros(x.shape[0], x.shape[1], dtype=torch.bool)
+    judge; rows of zeros are zero_rows'). Equal rows have equal sums: only rows whose sum repeats are compared. The
+    previous part's last row (``last_rows``) is the first row's previous one."""
+    before = last_rows.get(lo)
+    same = np.zeros(x.shape[:2], dtype=bool)
     same[1:] = sums[1:] == sums[:-1]
+    row_before = x[0]  # compared with nothing: the first part's first row is no repeat
+    if before is not None:
+        row_before, same[0] = before[0], sums[0] == before[1]
     same &= judged.T
-    for r, k in same.nonzero().tolist():
-        same[r, k] = torch.equal(x[r, k], x[r - 1, k])
-    counts = same.sum(dim=0).tolist()
+    for r, k in np.argwhere(same).tolist():
+        same[r, k] = np.array_equal(x[r, k], x[r - 1, k] if r else row_before[k])
+    last_rows[lo] = (x[-1].copy(), sums[-1].copy())
+    counts = same.sum(axis=0).tolist()
     for k, count in enumerate(counts):
         if count:
             s = stats[lo + k]
             if s.first_repeated is None:
-                s.first_repeated = first + int(same[:, k].nonzero()[0, 0])
+                s.first_repeated = start + int(np.flatnonzero(same[:, k])[0])
             s.repeated_rows += count
 
 
 class _Prefix:
     """A sample's first rows as they are read (projected part by part: a projection is a sum over columns)."""
 
-    def __init__(self, ids, n: int, hidden: int) -> None:
-        import torch
-
+    def __init__(self, ids: np.ndarray, n: int, hidden: int) -> None:
         self.ids = ids
-        self.count = min(PREFIX_ROWS, int(ids.numel()))
+        self.count = min(PREFIX_ROWS, int(ids.size))
         self.projection = _projection(hidden)
-        self.rows = torch.zeros(self.count, n, PROJECTED if self.projection is not None else hidden)
+        width = PROJECTED if self.projection is not None else hidden
+        self.rows = np.zeros((self.count, n, width), dtype=np.float32)
 
-    def add(self, x, r0: int, lo: int, c0: int) -> None:
-        """Part ``x``: rows ``r0..``, layers ``lo..``, columns ``c0..`` (stored dtype)."""
-        r1, hi, c1 = r0 + x.shape[0], lo + x.shape[1], c0 + x.shape[2]
+    def add(self, xf: np.ndarray, r0: int, lo: int, c0: int) -> None:
+        """Part ``xf``: rows ``r0..``, layers ``lo..``, columns ``c0..`` (float32)."""
+        r1, hi, c1 = r0 + xf.shape[0], lo + xf.shape[1], c0 + xf.shape[2]
         if self.projection is None:
-            self.rows[r0:r1, lo:hi, c0:c1] = x.float()
+            self.rows[r0:r1, lo:hi, c0:c1] = xf
         else:
-            self.rows[r0:r1, lo:hi] += x.float() @ self.projection[c0:c1]
+            self.rows[r0:r1, lo:hi] += xf @ self.projection[c0:c1]
 
-    def read(self, st: SampleTensors, plan: _Plan) -> None:
+    def read(self, st: SampleTensors, plan: _Plan, dtype: str) -> None:
         """The first rows read on their own, in the parts of ``plan``: for rows so wide that the scan's first
         part holds fewer than ``PREFIX_ROWS`` of them."""
         n, hidden = self.rows.shape[1], st.view.layers[0].shape[1]
@@ -332,7 +336,8 @@ class _Prefix:
             for lo in range(0, n, plan.layers):
                 hi = min(n, lo + plan.layers)
                 for c0 in range(0, hidden, plan.columns):
-                    self.add(st.part(r0, r1, lo, hi, c0, min(hidden, c0 + plan.columns)), r0, lo, c0)
+                    x = st.part_array(r0, r1, lo, hi, c0, min(hidden, c0 + plan.columns))
+                    self.add(floats(x, dtype), r0, lo, c0)
 
     def made(self) -> Prefix:
         return Prefix(tuple(self.ids[:self.count].tolist()), self.rows)
@@ -341,43 +346,39 @@ class _Prefix:
 def _identical(st: SampleTensors, candidates: list[int], tokens: int, hidden: int, itemsize: int) -> list[tuple]:
     """The groups of byte-identical layers among ``candidates`` (layers whose sums of squares agree), by a digest
     of their bytes: a second read, of these layers only (none, in a sound dataset)."""
-    import torch
-
     digests = {i: hashlib.blake2b(digest_size=16) for i in candidates}
     one = _Plan.of(1, hidden, itemsize)  # one layer at a time
     for i in candidates:
         for start in range(0, tokens, one.rows):
             for c0 in range(0, hidden, one.columns):
-                part = st.part(start, min(tokens, start + one.rows), i, i + 1, c0, min(hidden, c0 + one.columns))
-                digests[i].update(part.contiguous().view(torch.uint8).numpy())
+                part = st.part_array(start, min(tokens, start + one.rows), i, i + 1, c0, min(hidden, c0 + one.columns))
+                digests[i].update(part.tobytes())
     groups: dict[bytes, list[int]] = {}
     for i in candidates:
         groups.setdefault(digests[i].digest(), []).append(i)
     return [tuple(g) for g in groups.values() if len(g) > 1]
 
 
-def _measure(x, start: int, lo: int, stats: list[LayerStats], squares, zero):
-    """Fold one part ``x`` (``[rows, layers lo.., columns]``, stored dtype) into the sample's statistics; which of
+def _measure(xf: np.ndarray, start: int, lo: int, stats: list[LayerStats], squares: np.ndarray,
+             zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fold one part ``xf`` (``[rows, layers lo.., columns]``, float32) into the sample's statistics; which of
     its rows' sums of squares and which of them are all zeros (each ``[rows, layers]``)."""
-    import torch
-
-    xf = x.float()
-    part = torch.linalg.vector_norm(xf, dim=2).square_()  # [rows, layers]: sums of squares, no [rows, layers,
-    # columns] temporary
-    hi = lo + x.shape[1]
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        part = np.einsum("rlc,rlc->rl", xf, xf)  # sums of squares, no [rows, layers, columns] temporary
+    hi = lo + xf.shape[1]
     squares[:, lo:hi] += part
     is_zero = part == 0
-    if bool(is_zero.any()):
-        is_zero &= ~x.ne(0).any(dim=2)  # a sum of 0 can also be tiny values underflowing: ask the values
+    if is_zero.any():
+        is_zero &= ~(xf != 0).any(axis=2)  # a sum of 0 can also be tiny values underflowing: ask the values
     zero[:, lo:hi] &= is_zero
-    if not bool(torch.isfinite(part).all()):
-        nan = torch.isnan(xf)
-        nonfinite = ~torch.isfinite(xf)
-        nans, infs = nan.sum(dim=(0, 2)).tolist(), (nonfinite & ~nan).sum(dim=(0, 2)).tolist()
-        bad_rows = nonfinite.any(dim=2)
-        for k in range(x.shape[1]):
+    if not np.isfinite(part).all():
+        nan = np.isnan(xf)
+        nonfinite = ~np.isfinite(xf)
+        nans, infs = nan.sum(axis=(0, 2)).tolist(), (nonfinite & ~nan).sum(axis=(0, 2)).tolist()
+        bad_rows = nonfinite.any(axis=2)
+        for k in range(xf.shape[1]):
             s = stats[lo + k]
             s.nan, s.inf = s.nan + nans[k], s.inf + infs[k]
             if s.first_bad is None and (nans[k] or infs[k]):
-                s.first_bad = start + int(bad_rows[:, k].nonzero()[0, 0])
+                s.first_bad = start + int(np.flatnonzero(bad_rows[:, k])[0])
     return part, is_zero

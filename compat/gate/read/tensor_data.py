@@ -13,13 +13,16 @@ from contextlib import contextmanager
 from math import prod
 from typing import Any
 
+import numpy as np
+
+from compat.gate.read.arrays import from_torch, frombuffer
 from compat.gate.read.files import read_file
 from compat.gate.read.layouts import Layout
 from compat.gate.read.safetensors_header import read_header, read_header_at
 from compat.gate.read.samples import VLLM_TENSORS
 from compat.gate.read.source import RemoteFile, is_url, open_remote
 from compat.gate.read.tensors import ITEMSIZE
-from compat.gate.read.torch_load import open_values
+from compat.gate.read.torch_load import InflatedTensor, open_values
 from compat.gate.read.views import FileView, SampleView
 
 
@@ -38,49 +41,55 @@ class SampleTensors:
 
     def block(self, start: int, stop: int):
         """Rows ``start:stop`` of every layer as one ``[rows, n_layers, hidden]`` tensor, stored dtype."""
-        import torch
-
-        v = self.view
-        if v.stacked is not None:
-            return self._get(v.stacked.key)[start:stop]
-        if v.layout is Layout.SPECULATORS_PT:
-            layers = self._get(v.layout.layers_key)
-            return torch.stack([layers[i][start:stop] for i in range(len(v.layers))], dim=1)
-        out = []
-        for t in v.layers:  # eagle: hidden_state (or column ranges of it), then target
-            if t.columns is None:
-                out.append(self._get(t.key)[start:stop])
-            elif isinstance(t.columns, int):  # a column of vLLM's stacked tensor, never an EAGLE layer
-                raise TypeError(f"{t.key}: a single column in an EAGLE layout")
-            else:
-                lo, hi = t.columns
-                out.append(self._get(t.key)[start:stop, lo:hi])
-        return torch.stack(out, dim=1)
+        return self.part(start, stop, 0, len(self.view.layers), 0, self.view.layers[0].shape[-1])
 
     def part(self, start: int, stop: int, lo: int, hi: int, c0: int, c1: int):
         """Rows ``start:stop`` of layers ``lo:hi``, columns ``c0:c1``, as ``[rows, layers, columns]``: only those
         bytes are read (a wide row need not be read whole)."""
         import torch
 
-        v = self.view
-        whole = lo == 0 and hi == len(v.layers) and c0 == 0 and c1 == v.layers[0].shape[-1]
-        if whole:
-            return self.block(start, stop)
-        if v.stacked is not None:
-            return self._get(v.stacked.key)[start:stop, lo:hi, c0:c1]
-        if v.layout is Layout.SPECULATORS_PT:
-            layers = self._get(v.layout.layers_key)
-            return torch.stack([layers[i][start:stop, c0:c1] for i in range(lo, hi)], dim=1)
-        out = []
-        for t in v.layers[lo:hi]:
-            first = t.columns[0] if isinstance(t.columns, tuple) else 0
-            out.append(self._get(t.key)[start:stop, first + c0:first + c1])
-        return torch.stack(out, dim=1)
+        return self._part(start, stop, lo, hi, c0, c1, lambda t, index: t[index], lambda xs: torch.stack(xs, dim=1))
 
     def layer(self, i: int):
         """Layer ``i`` whole, ``[T, hidden]``: only its bytes are read."""
         rows, hidden = self.view.layers[i].shape
         return self.part(0, rows, i, i + 1, 0, hidden)[:, 0]
+
+    # The same as numpy arrays of the stored dtype's storage (``arrays.STORAGE``), for ``--values``: no torch is
+    # imported where the file is read by the gate's own readers.
+
+    def token_ids_array(self) -> np.ndarray:
+        return _array(self._get(self.view.layout.ids_key), (slice(None),))
+
+    def loss_mask_array(self) -> np.ndarray | None:
+        return _array(self._get("loss_mask"), (slice(None),)) if self.view.loss_mask is not None else None
+
+    def part_array(self, start: int, stop: int, lo: int, hi: int, c0: int, c1: int) -> np.ndarray:
+        return self._part(start, stop, lo, hi, c0, c1, _array, lambda xs: np.stack(xs, axis=1))
+
+    def _part(self, start: int, stop: int, lo: int, hi: int, c0: int, c1: int, take: Any, stack: Any):
+        v = self.view
+        rows = slice(start, stop)
+        whole = lo == 0 and hi == len(v.layers) and c0 == 0 and c1 == v.layers[0].shape[-1]
+        if v.stacked is not None:
+            return take(self._get(v.stacked.key), (rows,) if whole else (rows, slice(lo, hi), slice(c0, c1)))
+        if v.layout is Layout.SPECULATORS_PT:
+            layers = self._get(v.layout.layers_key)
+            return stack([take(layers[i], (rows, slice(c0, c1))) for i in range(lo, hi)])
+        out = []
+        for t in v.layers[lo:hi]:  # eagle: hidden_state (or column ranges of it), then target
+            if isinstance(t.columns, int):  # a column of vLLM's stacked tensor, never an EAGLE layer
+                raise TypeError(f"{t.key}: a single column in an EAGLE layout")
+            first = t.columns[0] if t.columns is not None else 0
+            out.append(take(self._get(t.key), (rows, slice(first + c0, first + c1))))
+        return stack(out)
+
+
+def _array(tensor: Any, index: tuple) -> np.ndarray:
+    """``tensor[index]`` as a storage array: read so by the gate's readers, converted from torch's tensors."""
+    if isinstance(tensor, (FileTensor, InflatedTensor)):
+        return tensor.array(index)
+    return from_torch(tensor[index])
 
 
 class FileTensor:
@@ -89,9 +98,7 @@ class FileTensor:
     adjacent bytes. Nothing is mapped, so a part costs its own size in memory and address space."""
 
     def __init__(self, fd: int, offset: int, dtype: str, shape: tuple[int, ...]) -> None:
-        import torch
-
-        self.shape, self.dtype = shape, getattr(torch, dtype)
+        self.shape, self.stored = shape, dtype
         self._fd, self._offset, self._itemsize = fd, offset, ITEMSIZE[dtype]
         strides, step = [], 1
         for size in reversed(shape):
@@ -100,8 +107,19 @@ class FileTensor:
         self._strides = tuple(reversed(strides))
 
     def __getitem__(self, index):
+        """The slices ``index`` as a torch tensor."""
         import torch
 
+        data, sizes = self._bytes(index)
+        dtype = getattr(torch, self.stored)
+        return torch.frombuffer(data, dtype=dtype).view(sizes) if data else torch.empty(sizes, dtype=dtype)
+
+    def array(self, index) -> np.ndarray:
+        """The slices ``index`` as a numpy array of the stored dtype's storage (``arrays.STORAGE``)."""
+        data, sizes = self._bytes(index)
+        return frombuffer(data, self.stored, tuple(sizes))
+
+    def _bytes(self, index) -> tuple[bytearray, list[int]]:
         index = index if isinstance(index, tuple) else (index,)
         if len(index) > len(self.shape) or any(not isinstance(i, slice) or i.step not in (None, 1) for i in index):
             raise IndexError(f"{index!r}: only slices of step 1 are read from the file")
@@ -111,7 +129,7 @@ class FileTensor:
             starts.append(start)
             sizes.append(max(0, stop - start))
         if 0 in sizes:
-            return torch.empty(sizes, dtype=self.dtype)
+            return bytearray(), sizes
         # The bytes asked lie in runs: dims from the last inward that are asked whole, and part of the next one.
         inner = len(sizes) - 1
         while inner > 0 and sizes[inner] == self.shape[inner]:
@@ -124,7 +142,7 @@ class FileTensor:
                 first = sum(a * s for a, s in zip((*outer, *starts[inner:]), self._strides))
                 self._read(view[at:at + run], first * self._itemsize)
                 at += run
-        return torch.frombuffer(data, dtype=self.dtype).view(sizes)
+        return data, sizes
 
     def _read(self, into: memoryview, begin: int) -> None:
         got = 0

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from math import prod
 from typing import Any
 
+from compat.gate.read.arrays import from_torch, frombuffer
 from compat.gate.read.paths import openable
 from compat.gate.read.source import is_url, open_remote
 from compat.gate.read.tensors import ITEMSIZE
@@ -233,9 +234,10 @@ class _Inflater:
         self._block: tuple[tuple, Any] | None = None
         self._whole: tuple[str, Any] | None = None
 
-    def rows(self, tensor: InflatedTensor, begin: int, end: int, make):
-        """``make(bytes)`` of bytes ``begin:end`` of ``tensor``'s storage, read forward by its own stream."""
-        key = (id(tensor), begin, end)
+    def rows(self, tensor: InflatedTensor, begin: int, end: int, kind: bool, make):
+        """``make(bytes)`` of bytes ``begin:end`` of ``tensor``'s storage, read forward by its own stream (``kind``:
+        what ``make`` makes, a torch tensor or a numpy array)."""
+        key = (id(tensor), begin, end, kind)
         if self._block is not None and self._block[0] == key:
             return self._block[1]
         self._block = None
@@ -279,18 +281,30 @@ class InflatedTensor:
     archive) inflate their storage whole. ``tensor[rows, ...]`` and ``tensor[:]`` are what the value reader asks."""
 
     def __init__(self, stub: TensorStub, inflater: _Inflater) -> None:
-        import torch
-
         self.stub = stub
         self.shape = stub.shape
-        self.dtype = getattr(torch, stub.storage.dtype)
         self._inflater = inflater
 
+    @property
+    def dtype(self):
+        import torch
+
+        return getattr(torch, self.stub.storage.dtype)
+
     def __getitem__(self, index):
+        """``index`` of the tensor, a torch tensor."""
+        return self._get(index, False)
+
+    def array(self, index):
+        """``index`` of the tensor, a numpy array of its dtype's storage (``arrays.STORAGE``)."""
+        return self._get(index, True)
+
+    def _get(self, index, numpy: bool):
         rows, rest = (index[0], index[1:]) if isinstance(index, tuple) else (index, ())
         if not (self.stub.contiguous and self.shape and _forward(rows)):
             storage = self._inflater.whole(self.stub.storage).view(self.dtype)
-            return storage.as_strided(self.shape, self.stub.stride, self.stub.offset)[index]
+            got = storage.as_strided(self.shape, self.stub.stride, self.stub.offset)[index]
+            return from_torch(got) if numpy else got  # views of a deflated archive only: torch reads them
         start, stop, _ = rows.indices(self.shape[0])
         stop = max(start, stop)
         width = self.shape[1] if len(self.shape) > 1 else 1
@@ -299,13 +313,11 @@ class InflatedTensor:
             lo, hi, _ = rest[0].indices(width)  # one row: only the columns asked for
             hi = max(lo, hi)
             rest = (slice(None), *rest[1:])
-        block = self._read(start, stop, lo, hi)
+        block = self._read(start, stop, lo, hi, numpy)
         return block[(slice(None), *rest)] if rest else block
 
-    def _read(self, start: int, stop: int, lo: int, hi: int):
+    def _read(self, start: int, stop: int, lo: int, hi: int, numpy: bool):
         """Rows ``start:stop`` (of a single row, its elements ``lo:hi`` along the second dimension)."""
-        import torch
-
         inner = prod(self.shape[2:])
         width = self.shape[1] if len(self.shape) > 1 else 1
         itemsize = ITEMSIZE[self.stub.storage.dtype]
@@ -314,10 +326,14 @@ class InflatedTensor:
         shape = (stop - start,) if len(self.shape) == 1 else (stop - start, hi - lo, *self.shape[2:])
 
         def make(data: bytearray):
+            if numpy:
+                return frombuffer(data, self.stub.storage.dtype, shape)
+            import torch
+
             flat = torch.frombuffer(data, dtype=self.dtype) if data else torch.empty(0, dtype=self.dtype)
             return flat.view(shape)
 
-        return self._inflater.rows(self, first * itemsize, (first + count) * itemsize, make)
+        return self._inflater.rows(self, first * itemsize, (first + count) * itemsize, numpy, make)
 
 
 def _forward(index) -> bool:

@@ -17,11 +17,28 @@ ORDER_RATIO = 0.5
 """layer_order fires when a later layer's median RMS is below this fraction of an earlier layer's."""
 
 
-def slot_names(view: SampleView, exp: Expectations) -> list[str]:
+def slot_names(view: SampleView, exp: Expectations) -> SlotNames:
     """Each stored layer's name, with its layer id when the ids are known: ``hidden_states[2] (layer 30)``."""
-    ids = exp.stored_layer_ids(view) or ()
-    return [t.name + (f" (layer {ids[i]})" if i < len(ids) else " (after the final norm)" if t.key == "target"
-                      else "") for i, t in enumerate(view.layers)]
+    return SlotNames(view, exp)
+
+
+class SlotNames:
+    """``slot_names``, made when first read: every rule of every sample asks, and a sound sample's rules name no
+    layer (making a sample's names cost more than its rules' checks)."""
+
+    def __init__(self, view: SampleView, exp: Expectations) -> None:
+        self._view, self._exp = view, exp
+        self._names: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._view.layers)
+
+    def __getitem__(self, i: int) -> str:
+        if self._names is None:
+            ids = self._exp.stored_layer_ids(self._view) or ()
+            self._names = [t.name + (f" (layer {ids[k]})" if k < len(ids) else " (after the final norm)"
+                                     if t.key == "target" else "") for k, t in enumerate(self._view.layers)]
+        return self._names[i]
 
 
 def _finite(v: ValueSubject, ctx: Context) -> Sequence[RuleFinding]:
