@@ -152,3 +152,42 @@ def test_values_of_samples_larger_than_the_address_space_left_are_read_one_chunk
     assert run.report is not None, run.stderr[-2000:]
     assert not [f for f in run.failing() if f["probe"] == "readable"], run.failing()
     assert run.report["summary"]["value_bytes"] == big_bytes, (run.report["summary"], run.failing())
+
+
+_IMPORTS_TORCH = """
+import sys
+from pathlib import Path
+from compat.gate import GateOptions, run_gate
+result = run_gate(GateOptions(paths=(Path(sys.argv[1]),), values=True, jobs=1))
+assert result.summary.value_bytes > 0, result.summary
+print("torch" in sys.modules)
+"""
+
+
+def test_values_import_torch_only_for_a_file_torch_load_must_read(tmp_path):
+    """``--values`` computes in numpy: a run over safetensors files and plain ``torch.save`` archives never imports
+    torch (its import costs each worker seconds); one over a legacy (pre-zip) file, which only ``torch.load``
+    reads, does."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from .gate_files import layered, write_speculators, write_vllm
+
+    ids = torch.arange(3, 19)
+    write_vllm(tmp_path / "plain" / "hs_0.safetensors", ids, layered(16, 32, 3))
+    write_speculators(tmp_path / "plain" / "data_0.pt", ids, layered(16, 32, 3, seed=1))
+    legacy = tmp_path / "legacy" / "data_0.pt"
+    legacy.parent.mkdir()
+    torch.save({"input_ids": ids, "hidden_states": layered(16, 32, 3, seed=2), "loss_mask": torch.ones(16).long()},
+               legacy, _use_new_zipfile_serialization=False)
+
+    def imports_torch(directory: Path) -> bool:
+        run = subprocess.run([sys.executable, "-c", _IMPORTS_TORCH, str(directory)], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent.parent, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return run.stdout.split()[-1] == "True"
+
+    assert not imports_torch(tmp_path / "plain")
+    assert imports_torch(tmp_path / "legacy")

@@ -157,11 +157,13 @@ def compare_samples(values: Sequence[SampleValues], model_type: str | None = Non
     by_shape: dict[tuple, list[int]] = defaultdict(list)
     prefixes: dict[int, Prefix] = {}
     for k, v in enumerate(values):
-        by_shape[_shape(v)].append(k)
+        shape = _shape(v)
+        by_shape[shape].append(k)
         if v.prefix is not None:
             prefixes[k] = v.prefix
-            for t in range(len(v.prefix.ids)):
-                groups[(_shape(v), v.prefix.ids[:t + 1])].append((k, t))
+            ids = v.prefix.ids
+            for t in range(len(ids)):
+                groups[(shape, ids[:t + 1])].append((k, t))
     # Each group's distances first, then the verdicts: a layer where samples sharing first tokens do not agree
     # typically (synthetic data, or not one causal model's states) decides nothing.
     measured: list[tuple[tuple, tuple, list[tuple[int, int]], list[list[float]]]] = []
@@ -193,9 +195,8 @@ def compare_samples(values: Sequence[SampleValues], model_type: str | None = Non
                 bound, decided = max(floor, MARGIN * typical), True
             for (k, t), d in zip(members, column):
                 apart[(k, t)] |= d > bound
-                found = PrefixDeviation(slot, t, tokens, len(members), d, typical, bound, floor, decided)
-                if _worse(found, prefix.get(k)):
-                    prefix[k] = found
+                if _worse((d > bound, decided, d / max(bound, 1e-30)), prefix.get(k)):  # made only when kept
+                    prefix[k] = PrefixDeviation(slot, t, tokens, len(members), d, typical, bound, floor, decided)
     agreeing = Counter(k for (k, _), off in apart.items() if not off)
     prefix = {k: replace(p, agreeing=agreeing[k]) for k, p in prefix.items()}
     unusable = sorted({slot for (_, slot), ok in usable.items() if not ok})
@@ -225,35 +226,41 @@ def _lower_median(rows: np.ndarray) -> np.ndarray:
 
 def _scale(values: Sequence[SampleValues], judged: list[int], slot: int, scale: dict[int, ScaleDeviation]) -> None:
     """Each judged sample's size at ``slot`` against the others', band of positions by band: its offset from each
-    band's median over the samples, averaged over its tokens."""
-    bands: dict[int, list[float]] = defaultdict(list)
-    for k in judged:
-        for band, _, median in values[k].layers[slot].by_position:
-            if math.isfinite(median):
-                bands[band].append(median)
-    reference = {band: statistics.median(ms) for band, ms in bands.items()}
-    offsets = {}
-    for k in judged:
-        pairs = [(count, median - reference[band]) for band, count, median in values[k].layers[slot].by_position
-                 if math.isfinite(median)]
-        if pairs:
-            offsets[k] = sum(c * d for c, d in pairs) / sum(c for c, _ in pairs)
-    if len(offsets) < SCALE_MIN_SAMPLES:
+    band's median over the samples, averaged over its tokens. In arrays (``[samples, bands]``): a dataset's
+    samples are many."""
+    layers = [values[k].layers[slot] for k in judged]
+    bands = max(len(layer.by_position) for layer in layers)
+    medians = np.full((len(layers), bands), np.nan)
+    counts = np.zeros((len(layers), bands))
+    by_bands: dict[int, list[int]] = defaultdict(list)  # samples of one token count have the same bands
+    for i, layer in enumerate(layers):
+        by_bands[len(layer.by_position)].append(i)
+    for n, rows in by_bands.items():
+        if n:
+            table = np.array([layers[i].by_position for i in rows], dtype=np.float64)  # [samples, bands, 3]
+            medians[rows, :n], counts[rows, :n] = table[:, :, 2], table[:, :, 1]
+    finite = np.isfinite(medians)
+    reference = np.array([np.median(medians[finite[:, b], b]) if finite[:, b].any() else 0.0 for b in range(bands)])
+    weights = np.where(finite, counts, 0.0)
+    has = weights.sum(axis=1) > 0
+    if int(has.sum()) < SCALE_MIN_SAMPLES:
         return
-    center = statistics.median(offsets.values())
-    spread = 1.4826 * statistics.median(abs(x - center) for x in offsets.values())
-    for k, x in offsets.items():
-        # The dataset's spread, and this sample's own chance: a mean of T tokens whose logs spread by s strays by
-        # about s / sqrt(T) (a short prompt's is a rough one).
-        layer = values[k].layers[slot]
-        own = layer.spread / math.sqrt(max(1, layer.rows - 1))
-        width = math.hypot(spread, own)
-        gap = abs(x - center)
-        deviations = gap / width if width > 0 else (math.inf if gap > 0 else 0.0)
-        if (before := scale.get(k)) is None or deviations > before.deviations:  # made only when kept: 50,000
-            # samples of 4 layers made 200,000 of them
-            scale[k] = ScaleDeviation(slot, math.exp(x - center), math.exp(spread), math.exp(own), deviations,
-                                      len(offsets), layer.rows)
+    offsets = (weights * np.where(finite, medians - reference, 0.0)).sum(axis=1)[has] / weights.sum(axis=1)[has]
+    center = float(np.median(offsets))
+    spread = 1.4826 * float(np.median(np.abs(offsets - center)))
+    rows = np.array([layer.rows for layer in layers])[has]
+    # The dataset's spread, and this sample's own chance: a mean of T tokens whose logs spread by s strays by
+    # about s / sqrt(T) (a short prompt's is a rough one).
+    own = np.array([layer.spread for layer in layers])[has] / np.sqrt(np.maximum(1, rows - 1))
+    width = np.hypot(spread, own)
+    gap = np.abs(offsets - center)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        deviations = np.where(width > 0, gap / width, np.where(gap > 0, np.inf, 0.0))
+    kept = [k for k, h in zip(judged, has.tolist()) if h]
+    for i, (k, d) in enumerate(zip(kept, deviations.tolist())):
+        if (before := scale.get(k)) is None or d > before.deviations:  # made only when kept
+            scale[k] = ScaleDeviation(slot, math.exp(offsets[i] - center), math.exp(spread), math.exp(own[i]), d,
+                                      len(kept), int(rows[i]))
 
 
 def _floor(shape: tuple, model_type: str | None) -> float:
@@ -271,13 +278,7 @@ def _prefix_note(measured: list, unusable: list[int]) -> str | None:
     return None
 
 
-def _worse(new: PrefixDeviation, old: PrefixDeviation | None) -> bool:
+def _worse(new: tuple[bool, bool, float], old: PrefixDeviation | None) -> bool:
     """The row to report: an off row before any other, a decided one before an undecided one, then the furthest
-    past its bound."""
-    if old is None:
-        return True
-
-    def rank(d: PrefixDeviation) -> tuple:
-        return d.off, d.decided, d.distance / max(d.bound, 1e-30)
-
-    return rank(new) > rank(old)
+    past its bound (``new``: a row's ``(off, decided, distance / bound)``)."""
+    return old is None or new > (old.off, old.decided, old.distance / max(old.bound, 1e-30))

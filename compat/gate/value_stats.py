@@ -19,6 +19,7 @@ import numpy as np
 
 from compat.gate.read.arrays import floats, values
 from compat.gate.read.files import STORAGE_FIX
+from compat.gate.read.pickling import by_fields
 from compat.gate.read.source import StorageError
 from compat.gate.read.tensor_data import SampleTensors, open_file
 from compat.gate.read.views import FailureKind, FileView, ReadFailure, SampleView
@@ -29,6 +30,7 @@ CHUNK_BYTES = 32 << 20
 slice of one row's columns when a single row is wider."""
 
 
+@by_fields
 @dataclass
 class LayerStats:
     nan: int = 0
@@ -62,6 +64,7 @@ class LayerStats:
         return self.zero_rows < self.rows
 
 
+@by_fields
 @dataclass(frozen=True)
 class SampleValues:
     """What ``--values`` measured of one sound sample (every layer [T, hidden], one shape)."""
@@ -113,6 +116,7 @@ def _projection(hidden: int) -> np.ndarray | None:
     return np.random.default_rng(hidden).standard_normal((hidden, PROJECTED), dtype=np.float32) / PROJECTED ** 0.5
 
 
+@by_fields
 @dataclass(frozen=True)
 class FileValues:
     samples: tuple[SampleValues, ...]
@@ -125,7 +129,9 @@ def scan_file(view: FileView, token_range: bool) -> FileValues:
     """Measure every sound sample of ``view``; a file whose values cannot be read gives a failure, not a crash."""
     measured: list[SampleValues] = []
     try:
-        with open_file(view) as tensors:
+        # NaN, Inf, overflow and underflow are what the statistics count, not errors (one context for the file:
+        # it costs microseconds, and a tiny sample's scan is a hundred or two)
+        with np.errstate(all="ignore"), open_file(view) as tensors:
             for st in tensors:
                 if st.view.sound:  # otherwise the header rules report why; values of a malformed sample mean nothing
                     _bounded(st.view, view.size)
@@ -213,6 +219,8 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
         for i in range(n):
             digests[i].update(by_layer[i])
         rms_parts.append(np.sqrt(squares / hidden))
+        if not (squares == 0).any():  # no row of zeros, nor of values whose squares underflow
+            continue
         counts = zero.sum(axis=0).tolist()
         tiny = (squares == 0) & ~zero
         tiny_counts = tiny.sum(axis=0).tolist()
@@ -226,12 +234,11 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
                 if s.first_tiny is None:
                     s.first_tiny = start + int(np.flatnonzero(tiny[:, i])[0])
                 s.tiny_rows += tiny_counts[i]
-    medians = np.concatenate(rms_parts)
+    medians = np.concatenate(rms_parts) if len(rms_parts) > 1 else rms_parts[0]
     for s, median in zip(stats, _lower_nanmedian(medians)):
         s.median_rms = median
     if tokens > 1:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            _by_position(np.log(np.maximum(medians[1:], np.float32(1e-30))), stats)
+        _by_position(np.log(np.maximum(medians[1:], np.float32(1e-30))), stats)
     groups: dict[bytes, list[int]] = {}
     for i, digest in enumerate(digests):
         groups.setdefault(digest.digest(), []).append(i)
@@ -254,6 +261,8 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
 def _lower_nanmedian(a: np.ndarray) -> list[float]:
     """Per column, the lower median of the values that are not NaN (NaN where none is): torch's ``nanmedian``."""
     ordered = np.sort(a, axis=0)  # NaN last
+    if not np.isnan(ordered[-1]).any():  # no NaN (the sort put any last)
+        return ordered[(a.shape[0] - 1) // 2].tolist()
     counts = (~np.isnan(a)).sum(axis=0)
     picked = ordered[np.maximum(counts - 1, 0) // 2, np.arange(a.shape[1])]
     return np.where(counts > 0, picked, np.nan).tolist()
@@ -269,14 +278,17 @@ def _by_position(logs: np.ndarray, stats: list[LayerStats]) -> None:
     starts = [0]
     while 2 * starts[-1] + 1 < rows:
         starts.append(2 * starts[-1] + 1)  # band b starts at position 2**b, row 2**b - 1
-    finite = np.isfinite(x)
-    values = np.where(finite, x, 0.0)
-    counts = np.add.reduceat(finite, starts, axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.add.reduceat(values, starts, axis=0) / counts  # NaN for a band without a finite row
     sizes = np.diff(starts + [rows])
-    deviation = np.where(finite, np.abs(x - np.repeat(means, sizes, axis=0)), 0.0)
-    spreads = (1.2533 * deviation.sum(axis=0) / np.maximum(finite.sum(axis=0), 1)).tolist()
+    if np.isfinite(x).all():  # as a sample's are: the same as below, in fewer calls
+        means = np.add.reduceat(x, starts, axis=0) / sizes[:, None]
+        deviation = np.abs(x - np.repeat(means, sizes, axis=0))
+        spreads = (1.2533 * deviation.sum(axis=0) / rows).tolist()
+    else:
+        finite = np.isfinite(x)
+        counts = np.add.reduceat(finite, starts, axis=0)
+        means = np.add.reduceat(np.where(finite, x, 0.0), starts, axis=0) / counts  # NaN: a band of none finite
+        deviation = np.where(finite, np.abs(x - np.repeat(means, sizes, axis=0)), 0.0)
+        spreads = (1.2533 * deviation.sum(axis=0) / np.maximum(finite.sum(axis=0), 1)).tolist()
     by_layer = means.T.tolist()
     sizes = sizes.tolist()
     for i, s in enumerate(stats):
@@ -297,6 +309,9 @@ def _repeated(x: np.ndarray, sums: np.ndarray, start: int, lo: int, stats: list[
     if before is not None:
         row_before, same[0] = before[0], sums[0] == before[1]
     same &= judged.T
+    if not same.any():  # as in every sound sample
+        last_rows[lo] = (x[-1].copy(), sums[-1].copy())
+        return
     for r, k in np.argwhere(same).tolist():
         same[r, k] = np.array_equal(x[r, k], x[r - 1, k] if r else row_before[k])
     last_rows[lo] = (x[-1].copy(), sums[-1].copy())
@@ -363,8 +378,7 @@ def _measure(xf: np.ndarray, start: int, lo: int, stats: list[LayerStats], squar
              zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Fold one part ``xf`` (``[rows, layers lo.., columns]``, float32) into the sample's statistics; which of
     its rows' sums of squares and which of them are all zeros (each ``[rows, layers]``)."""
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        part = np.einsum("rlc,rlc->rl", xf, xf)  # sums of squares, no [rows, layers, columns] temporary
+    part = np.einsum("rlc,rlc->rl", xf, xf)  # sums of squares, no [rows, layers, columns] temporary
     hi = lo + xf.shape[1]
     squares[:, lo:hi] += part
     is_zero = part == 0

@@ -5,7 +5,9 @@ A frozen dataclass with ``__slots__`` pickles through ``__getstate__``/``__setst
 set each one through ``object.__setattr__``: about 2.5 µs an object, and a file's views are about six objects.
 ``by_fields`` pickles an instance as its class and its field values in order, and unpickles it by calling the
 class: its own ``__init__``, so an unpickled view is built as a read one is (measured on 5,000 tiny files of each
-layout: 16.8 -> 9.7 µs a .safetensors file, 26.1 -> 17.3 µs a .pt file).
+layout: 16.8 -> 9.7 µs a .safetensors file, 26.1 -> 17.3 µs a .pt file). ``--values``' statistics
+(``value_stats``: a file's, each sample's, each layer's) pickle so too: a tiny file's result with values 21 -> 16
+µs (.safetensors), 33 -> 17 µs (.pt) to unpickle.
 """
 
 from __future__ import annotations
