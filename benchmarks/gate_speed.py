@@ -33,8 +33,9 @@ peak RSS 239 MB from 24 MB at start (2.1x its size; 9.2 s and 1,044 MB, 10x, par
 strings 1.9 s, 216 MB (1.9x; 1.7 s and 483 MB before). The safetensors library: 4.2 s, 1,213 MB and 1.8 s, 784 MB.
 
 Whole process on 50,000 files of each layout (``--files 50000 --pt-files 50000``, 2026-12-07, second sitting):
-header mode 2.9x (.safetensors) and 5.9x (.pt) the open-only process, ``--values`` 47-57x and 57-62x
-(docs/performance.md has the table).
+header mode 2.9x (.safetensors) and 5.9x (.pt) the open-only process, ``--values`` 47-57x and 57-62x; with
+``--values`` computed in numpy (third sitting, against 30.0 s and 33.8 s before in the same sitting): 12.1 s, 21x
+and 15.1 s, 31x (docs/performance.md has the tables).
 
 Measured on the 2-core development machine (shared with other jobs: figures vary by up to 2x run to run),
 before (81daa0b) and after the "Bounded cost" changes, over 20,000 .safetensors and 2,000 .pt files
