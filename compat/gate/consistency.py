@@ -34,11 +34,13 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from compat.gate.recompute import Tolerance, tolerance
 from compat.gate.value_stats import Prefix, SampleValues
+
+if TYPE_CHECKING:  # imported where samples are compared: header mode runs without numpy
+    import numpy as np
 
 MARGIN = 8.0
 """A sample is off when its distance to the group's median row is over this many times the group's typical one:
@@ -151,6 +153,8 @@ def _shape(v: SampleValues) -> tuple:
 def compare_samples(values: Sequence[SampleValues], model_type: str | None = None) -> Consistency:
     """Each sample's standing among those of its shape; the summary says which comparisons ran. ``model_type``
     (when a model config is given) sets the floor as it sets the reference's: looser for MoE/MLA models."""
+    import numpy as np
+
     prefix: dict[int, PrefixDeviation] = {}
     scale: dict[int, ScaleDeviation] = {}
     groups: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
@@ -220,6 +224,8 @@ def compare_samples(values: Sequence[SampleValues], model_type: str | None = Non
 
 def _lower_median(rows: np.ndarray) -> np.ndarray:
     """The lower median over the first axis, NaN wherever a NaN is among the values (torch's ``median``)."""
+    import numpy as np
+
     picked = np.sort(rows, axis=0)[(rows.shape[0] - 1) // 2]
     return np.where(np.isnan(rows).any(axis=0), np.nan, picked).astype(rows.dtype)
 
@@ -228,6 +234,8 @@ def _scale(values: Sequence[SampleValues], judged: list[int], slot: int, scale: 
     """Each judged sample's size at ``slot`` against the others', band of positions by band: its offset from each
     band's median over the samples, averaged over its tokens. In arrays (``[samples, bands]``): a dataset's
     samples are many."""
+    import numpy as np
+
     layers = [values[k].layers[slot] for k in judged]
     bands = max(len(layer.by_position) for layer in layers)
     medians = np.full((len(layers), bands), np.nan)

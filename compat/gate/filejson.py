@@ -13,8 +13,6 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import numpy as np
-
 from compat.gate.filestep import FileResult
 from compat.gate.read.layouts import Layout
 from compat.gate.read.tensors import TensorInfo
@@ -84,7 +82,7 @@ def _layer(s: LayerStats) -> dict[str, Any]:
 
 
 def _prefix(p: Prefix) -> dict[str, Any]:
-    rows = np.asarray(p.rows, dtype="<f4")
+    rows = p.rows.astype("<f4")
     return {"ids": list(p.ids), "shape": list(rows.shape), "f32": base64.b64encode(rows.tobytes()).decode("ascii")}
 
 
@@ -193,6 +191,8 @@ def _decode_layer(d: dict[str, Any]) -> LayerStats:
 
 def _decode_prefix(d: dict[str, Any]) -> Prefix:
     shape = tuple(map(_int, d["shape"]))
+    import numpy as np
+
     rows = np.frombuffer(base64.b64decode(_str(d["f32"]), validate=True), dtype="<f4")
     return Prefix(tuple(map(_int, d["ids"])), rows.astype(np.float32).reshape(shape))
 

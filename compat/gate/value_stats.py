@@ -13,17 +13,17 @@ import hashlib
 import traceback
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from compat.gate.read.arrays import floats, values
 from compat.gate.read.files import STORAGE_FIX
 from compat.gate.read.pickling import by_fields
 from compat.gate.read.source import StorageError
 from compat.gate.read.tensor_data import SampleTensors, open_file
 from compat.gate.read.views import FailureKind, FileView, ReadFailure, SampleView
 from compat.gate.read.zip_archive import INFLATION_BASE, INFLATION_RATIO, inflation_limit
+
+if TYPE_CHECKING:  # numpy is imported where values are measured: header mode runs without it
+    import numpy as np
 
 CHUNK_BYTES = 32 << 20
 """The most tensor data read at once, whatever the sample's shape: rows of all layers, fewer layers, or a
@@ -101,16 +101,20 @@ class Prefix:
 
     def __reduce__(self):
         """Pickled as the rows' float32 bytes (a worker's results cross a pipe; an array's own pickling costs more)."""
-        return _prefix, (self.ids, self.rows.astype(np.float32).tobytes(), self.rows.shape)
+        return _prefix, (self.ids, self.rows.astype("<f4").tobytes(), self.rows.shape)
 
 
 def _prefix(ids: tuple[int, ...], data: bytes, shape: tuple[int, ...]) -> Prefix:
+    import numpy as np
+
     return Prefix(ids, np.frombuffer(bytearray(data), dtype=np.float32).reshape(shape))
 
 
 @cache
 def _projection(hidden: int) -> np.ndarray | None:
     """The same random projection for every sample of one hidden size (seeded by it)."""
+    import numpy as np
+
     if hidden <= PROJECTED:
         return None
     return np.random.default_rng(hidden).standard_normal((hidden, PROJECTED), dtype=np.float32) / PROJECTED ** 0.5
@@ -127,6 +131,8 @@ class FileValues:
 
 def scan_file(view: FileView, token_range: bool) -> FileValues:
     """Measure every sound sample of ``view``; a file whose values cannot be read gives a failure, not a crash."""
+    import numpy as np
+
     measured: list[SampleValues] = []
     try:
         # NaN, Inf, overflow and underflow are what the statistics count, not errors (one context for the file:
@@ -178,6 +184,10 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     """One sound sample's statistics, read in parts of at most ``CHUNK_BYTES``; linear in its size whatever
     its shape: identical layers are found by a digest of each layer's per-token sums of squares (equal layers
     have equal sums), and only layers whose digests agree are compared byte for byte (``_identical``)."""
+    import numpy as np
+
+    from compat.gate.read.arrays import floats, values
+
     view = st.view
     n, (tokens, hidden), dtype = len(view.layers), view.layers[0].shape, view.layers[0].dtype
     stats = [LayerStats(rows=tokens) for _ in range(n)]
@@ -260,6 +270,8 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
 
 def _lower_nanmedian(a: np.ndarray) -> list[float]:
     """Per column, the lower median of the values that are not NaN (NaN where none is): torch's ``nanmedian``."""
+    import numpy as np
+
     ordered = np.sort(a, axis=0)  # NaN last
     if not np.isnan(ordered[-1]).any():  # no NaN (the sort put any last)
         return ordered[(a.shape[0] - 1) // 2].tolist()
@@ -273,6 +285,8 @@ def _by_position(logs: np.ndarray, stats: list[LayerStats]) -> None:
     the spread of the tokens around their band's mean (1.2533 x the mean absolute deviation: the standard
     deviation, for a normal spread). The bands are contiguous runs of rows, so one ``reduceat`` sums them all
     (a median per band would cost a call per band); a non-finite row is the finite rule's finding, left out."""
+    import numpy as np
+
     x = logs
     rows = x.shape[0]
     starts = [0]
@@ -302,6 +316,8 @@ def _repeated(x: np.ndarray, sums: np.ndarray, start: int, lo: int, stats: list[
     row before them although their token differs from the one before (``judged``: ``[layers, rows]``, the rows to
     judge; rows of zeros are zero_rows'). Equal rows have equal sums: only rows whose sum repeats are compared. The
     previous part's last row (``last_rows``) is the first row's previous one."""
+    import numpy as np
+
     before = last_rows.get(lo)
     same = np.zeros(x.shape[:2], dtype=bool)
     same[1:] = sums[1:] == sums[:-1]
@@ -328,6 +344,8 @@ class _Prefix:
     """A sample's first rows as they are read (projected part by part: a projection is a sum over columns)."""
 
     def __init__(self, ids: np.ndarray, n: int, hidden: int) -> None:
+        import numpy as np
+
         self.ids = ids
         self.count = min(PREFIX_ROWS, int(ids.size))
         self.projection = _projection(hidden)
@@ -345,6 +363,8 @@ class _Prefix:
     def read(self, st: SampleTensors, plan: _Plan, dtype: str) -> None:
         """The first rows read on their own, in the parts of ``plan``: for rows so wide that the scan's first
         part holds fewer than ``PREFIX_ROWS`` of them."""
+        from compat.gate.read.arrays import floats
+
         n, hidden = self.rows.shape[1], st.view.layers[0].shape[1]
         for r0 in range(0, self.count, plan.rows):
             r1 = min(self.count, r0 + plan.rows)
@@ -378,6 +398,8 @@ def _measure(xf: np.ndarray, start: int, lo: int, stats: list[LayerStats], squar
              zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Fold one part ``xf`` (``[rows, layers lo.., columns]``, float32) into the sample's statistics; which of
     its rows' sums of squares and which of them are all zeros (each ``[rows, layers]``)."""
+    import numpy as np
+
     part = np.einsum("rlc,rlc->rl", xf, xf)  # sums of squares, no [rows, layers, columns] temporary
     hi = lo + xf.shape[1]
     squares[:, lo:hi] += part

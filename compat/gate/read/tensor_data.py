@@ -11,11 +11,8 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from compat.gate.read.arrays import from_torch, frombuffer
 from compat.gate.read.files import read_file
 from compat.gate.read.layouts import Layout
 from compat.gate.read.safetensors_header import read_header, read_header_at
@@ -24,6 +21,9 @@ from compat.gate.read.source import RemoteFile, is_url, open_remote
 from compat.gate.read.tensors import ITEMSIZE
 from compat.gate.read.torch_load import InflatedTensor, open_values
 from compat.gate.read.views import FileView, SampleView
+
+if TYPE_CHECKING:  # numpy is imported where values are read as arrays: header mode runs without it
+    import numpy as np
 
 
 class SampleTensors:
@@ -65,6 +65,8 @@ class SampleTensors:
         return _array(self._get("loss_mask"), (slice(None),)) if self.view.loss_mask is not None else None
 
     def part_array(self, start: int, stop: int, lo: int, hi: int, c0: int, c1: int) -> np.ndarray:
+        import numpy as np
+
         return self._part(start, stop, lo, hi, c0, c1, _array, lambda xs: np.stack(xs, axis=1))
 
     def _part(self, start: int, stop: int, lo: int, hi: int, c0: int, c1: int, take: Any, stack: Any):
@@ -89,6 +91,8 @@ def _array(tensor: Any, index: tuple) -> np.ndarray:
     """``tensor[index]`` as a storage array: read so by the gate's readers, converted from torch's tensors."""
     if isinstance(tensor, (FileTensor, InflatedTensor)):
         return tensor.array(index)
+    from compat.gate.read.arrays import from_torch
+
     return from_torch(tensor[index])
 
 
@@ -116,6 +120,8 @@ class FileTensor:
 
     def array(self, index) -> np.ndarray:
         """The slices ``index`` as a numpy array of the stored dtype's storage (``arrays.STORAGE``)."""
+        from compat.gate.read.arrays import frombuffer
+
         data, sizes = self._bytes(index)
         return frombuffer(data, self.stored, tuple(sizes))
 

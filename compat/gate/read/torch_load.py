@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from math import prod
 from typing import Any
 
-from compat.gate.read.arrays import from_torch, frombuffer
 from compat.gate.read.paths import openable
 from compat.gate.read.source import is_url, open_remote
 from compat.gate.read.tensors import ITEMSIZE
@@ -304,7 +303,11 @@ class InflatedTensor:
         if not (self.stub.contiguous and self.shape and _forward(rows)):
             storage = self._inflater.whole(self.stub.storage).view(self.dtype)
             got = storage.as_strided(self.shape, self.stub.stride, self.stub.offset)[index]
-            return from_torch(got) if numpy else got  # views of a deflated archive only: torch reads them
+            if numpy:
+                from compat.gate.read.arrays import from_torch
+
+                return from_torch(got)
+            return got  # views of a deflated archive only: torch reads them
         start, stop, _ = rows.indices(self.shape[0])
         stop = max(start, stop)
         width = self.shape[1] if len(self.shape) > 1 else 1
@@ -327,6 +330,8 @@ class InflatedTensor:
 
         def make(data: bytearray):
             if numpy:
+                from compat.gate.read.arrays import frombuffer
+
                 return frombuffer(data, self.stub.storage.dtype, shape)
             import torch
 
