@@ -243,10 +243,10 @@ def _scale(values: Sequence[SampleValues], judged: list[int], slot: int, scale: 
     by_bands: dict[int, list[int]] = defaultdict(list)  # samples of one token count have the same bands
     for i, layer in enumerate(layers):
         by_bands[len(layer.by_position)].append(i)
-    for n, rows in by_bands.items():
+    for n, members in by_bands.items():
         if n:
-            table = np.array([layers[i].by_position for i in rows], dtype=np.float64)  # [samples, bands, 3]
-            medians[rows, :n], counts[rows, :n] = table[:, :, 2], table[:, :, 1]
+            table = np.array([layers[i].by_position for i in members], dtype=np.float64)  # [samples, bands, 3]
+            medians[members, :n], counts[members, :n] = table[:, :, 2], table[:, :, 1]
     finite = np.isfinite(medians)
     reference = np.array([np.median(medians[finite[:, b], b]) if finite[:, b].any() else 0.0 for b in range(bands)])
     weights = np.where(finite, counts, 0.0)

@@ -190,9 +190,9 @@ def _decode_layer(d: dict[str, Any]) -> LayerStats:
 
 
 def _decode_prefix(d: dict[str, Any]) -> Prefix:
-    shape = tuple(map(_int, d["shape"]))
     import numpy as np
 
+    shape = tuple(map(_int, d["shape"]))
     rows = np.frombuffer(base64.b64decode(_str(d["f32"]), validate=True), dtype="<f4")
     return Prefix(tuple(map(_int, d["ids"])), rows.astype(np.float32).reshape(shape))
 

@@ -186,7 +186,7 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     have equal sums), and only layers whose digests agree are compared byte for byte (``_identical``)."""
     import numpy as np
 
-    from compat.gate.read.arrays import floats, values
+    from compat.gate.read.arrays import floats
 
     view = st.view
     n, (tokens, hidden), dtype = len(view.layers), view.layers[0].shape, view.layers[0].dtype
@@ -195,7 +195,7 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     digests = [hashlib.blake2b(digest_size=16) for _ in range(n)]  # of the per-token sums of squares
     itemsize = max(1, view.layers[0].nbytes // max(1, tokens * hidden))
     plan = _Plan.of(n, hidden, itemsize)
-    ids = values(st.token_ids_array(), view.token_ids.dtype if view.token_ids is not None else "int64")
+    ids = st.token_ids_array()
     # Token t's row may equal token t-1's only where the tokens are the same (their embeddings are).
     new_token = np.zeros(tokens, dtype=bool)
     if ids.size == tokens:  # otherwise seq_len's finding: rows and ids cannot be paired
@@ -220,10 +220,10 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
                 if folded and start == 0:
                     prefix.add(xf[:prefix.count], 0, lo, c0)
                 sums, is_zero = _measure(xf, start, lo, stats, squares, zero)
-                if plan.columns == hidden:  # whole rows: compare each with the one before
-                    exact = x if x.dtype.kind == "f" else xf  # bfloat16 and float8 are exact in float32
-                    _repeated(exact, sums, start, lo, stats, new_token[start:stop] & ~is_zero.T, last_rows)
-                    del exact
+                if plan.columns == hidden:  # whole rows: compare each with the one before (bfloat16 and float8
+                    # as their float32 values, which are exact)
+                    _repeated(x if x.dtype.kind == "f" else xf, sums, start, lo, stats,
+                              new_token[start:stop] & ~is_zero.T, last_rows)
                 del x, xf  # before the next part is read: a part's arrays are the scan's memory
         by_layer = np.ascontiguousarray(squares.T)
         for i in range(n):
@@ -259,7 +259,6 @@ def scan_sample(st: SampleTensors, token_range: bool) -> SampleValues:
     odd: tuple = ()
     all_zero = None
     if mask is not None and mask.size:
-        mask = values(mask, view.loss_mask.dtype if view.loss_mask is not None else "bool")
         all_zero = not bool(mask.any())
         if bool(((mask != 0) & (mask != 1)).any()):
             odd = tuple(sorted(set(np.unique(mask).tolist()) - {0, 1}))  # bools compare equal to 0 and 1
@@ -319,6 +318,7 @@ def _repeated(x: np.ndarray, sums: np.ndarray, start: int, lo: int, stats: list[
     import numpy as np
 
     before = last_rows.get(lo)
+    last_rows[lo] = (x[-1].copy(), sums[-1].copy())
     same = np.zeros(x.shape[:2], dtype=bool)
     same[1:] = sums[1:] == sums[:-1]
     row_before = x[0]  # compared with nothing: the first part's first row is no repeat
@@ -326,11 +326,9 @@ def _repeated(x: np.ndarray, sums: np.ndarray, start: int, lo: int, stats: list[
         row_before, same[0] = before[0], sums[0] == before[1]
     same &= judged.T
     if not same.any():  # as in every sound sample
-        last_rows[lo] = (x[-1].copy(), sums[-1].copy())
         return
     for r, k in np.argwhere(same).tolist():
         same[r, k] = np.array_equal(x[r, k], x[r - 1, k] if r else row_before[k])
-    last_rows[lo] = (x[-1].copy(), sums[-1].copy())
     counts = same.sum(axis=0).tolist()
     for k, count in enumerate(counts):
         if count:

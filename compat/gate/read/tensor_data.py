@@ -18,7 +18,7 @@ from compat.gate.read.layouts import Layout
 from compat.gate.read.safetensors_header import read_header, read_header_at
 from compat.gate.read.samples import VLLM_TENSORS
 from compat.gate.read.source import RemoteFile, is_url, open_remote
-from compat.gate.read.tensors import ITEMSIZE
+from compat.gate.read.tensors import ITEMSIZE, TensorInfo
 from compat.gate.read.torch_load import InflatedTensor, open_values
 from compat.gate.read.views import FileView, SampleView
 
@@ -59,10 +59,17 @@ class SampleTensors:
     # imported where the file is read by the gate's own readers.
 
     def token_ids_array(self) -> np.ndarray:
-        return _array(self._get(self.view.layout.ids_key), (slice(None),))
+        """The token ids' values (``arrays.values``: a numpy dtype that holds them)."""
+        return self._values(self.view.layout.ids_key, self.view.token_ids)
 
     def loss_mask_array(self) -> np.ndarray | None:
-        return _array(self._get("loss_mask"), (slice(None),)) if self.view.loss_mask is not None else None
+        return self._values("loss_mask", self.view.loss_mask) if self.view.loss_mask is not None else None
+
+    def _values(self, key: str, info: TensorInfo | None) -> np.ndarray:
+        from compat.gate.read.arrays import values
+
+        stored = _array(self._get(key), (slice(None),))
+        return values(stored, info.dtype) if info is not None else stored
 
     def part_array(self, start: int, stop: int, lo: int, hi: int, c0: int, c1: int) -> np.ndarray:
         import numpy as np

@@ -233,10 +233,10 @@ class _Inflater:
         self._block: tuple[tuple, Any] | None = None
         self._whole: tuple[str, Any] | None = None
 
-    def rows(self, tensor: InflatedTensor, begin: int, end: int, kind: bool, make):
-        """``make(bytes)`` of bytes ``begin:end`` of ``tensor``'s storage, read forward by its own stream (``kind``:
-        what ``make`` makes, a torch tensor or a numpy array)."""
-        key = (id(tensor), begin, end, kind)
+    def rows(self, tensor: InflatedTensor, begin: int, end: int, numpy: bool, make):
+        """``make(bytes)`` of bytes ``begin:end`` of ``tensor``'s storage, read forward by its own stream (``numpy``:
+        ``make`` makes a numpy array, not a torch tensor)."""
+        key = (id(tensor), begin, end, numpy)
         if self._block is not None and self._block[0] == key:
             return self._block[1]
         self._block = None
